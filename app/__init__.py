@@ -1,0 +1,67 @@
+"""Parallax service: the Flask application factory.
+
+`create_app(config)` builds an app from `Settings` (environment + parallax.toml), binds the
+database, registers one blueprint per area and JSON error handlers. The service refuses to
+start on a database whose schema is behind the migrations.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+from flask import Flask
+
+from app.config import Settings, load_settings
+
+
+# Areas that register a blueprint named `bp` when their module exists.
+OPTIONAL_BLUEPRINTS = ("app.webhooks", "app.series_api", "app.dashboard")
+
+
+def create_app(config: Settings | dict[str, Any] | None = None, *, check_schema: bool = True) -> Flask:
+    from app import db, errors, logs
+    from app.api import bp as api_bp
+    from app.catalogue import sync_catalogue
+    from app.runner_api import bp as runner_bp
+
+    if config is None:
+        settings = load_settings()
+    elif isinstance(config, dict):
+        settings = load_settings(**config)
+    else:
+        settings = config
+
+    logs.configure()
+    flask_app = Flask(__name__)
+    flask_app.config["SECRET_KEY"] = settings.secret_key
+    flask_app.config["MAX_CONTENT_LENGTH"] = max(settings.max_document_bytes, settings.max_webhook_bytes)
+    flask_app.extensions["parallax.settings"] = settings
+    database = db.Database(settings.database_url)
+    flask_app.extensions["parallax.db"] = database
+    if check_schema:
+        from app.migrate import ensure_current
+        ensure_current(database.engine)
+    with database.session() as session:
+        sync_catalogue(session, settings)
+
+    errors.register(flask_app)
+    flask_app.register_blueprint(runner_bp)
+    flask_app.register_blueprint(api_bp)
+    for optional in OPTIONAL_BLUEPRINTS:
+        _register_optional(flask_app, optional)
+
+    @flask_app.teardown_appcontext
+    def _close_session(exc: BaseException | None) -> None:
+        db.close_request_session(exc)
+
+    return flask_app
+
+
+def _register_optional(flask_app: Flask, module_name: str) -> None:
+    """Areas added by later work register themselves when their module exists."""
+    import importlib
+    import importlib.util
+
+    if importlib.util.find_spec(module_name) is None:
+        return
+    module = importlib.import_module(module_name)
+    flask_app.register_blueprint(module.bp)

@@ -1,0 +1,71 @@
+"""Tokens: registration tokens (operators), runner tokens (per runner), the admin token.
+
+Tokens are random URL-safe strings shown once; only their SHA-256 is stored (they carry 256
+bits of entropy, so an unsalted fast hash is enough, and lookups stay an index hit).
+"""
+from __future__ import annotations
+
+import hashlib
+import hmac
+import secrets
+from datetime import datetime, timezone
+
+from flask import current_app, request
+from sqlalchemy import select, update
+from sqlalchemy.orm import Session
+
+from app.errors import Forbidden, Unauthorized
+from app.models import RegistrationToken, Runner
+
+
+def new_token(prefix: str) -> str:
+    return f"{prefix}_{secrets.token_urlsafe(32)}"
+
+
+def hash_token(token: str) -> str:
+    return hashlib.sha256(token.encode()).hexdigest()
+
+
+def bearer_token() -> str:
+    header = request.headers.get("Authorization", "")
+    scheme, _, token = header.partition(" ")
+    if scheme.lower() != "bearer" or not token.strip():
+        raise Unauthorized("missing bearer token: send 'Authorization: Bearer <token>'")
+    return token.strip()
+
+
+def create_registration_token(session: Session, note: str | None = None) -> str:
+    token = new_token("pxr")
+    session.add(RegistrationToken(token_hash=hash_token(token), note=note))
+    return token
+
+
+def require_registration_token(session: Session) -> RegistrationToken:
+    token = bearer_token()
+    row = session.scalar(select(RegistrationToken).where(RegistrationToken.token_hash == hash_token(token)))
+    if row is None or row.revoked:
+        raise Unauthorized("unknown or revoked registration token")
+    return row
+
+
+def require_runner(session: Session) -> Runner:
+    token = bearer_token()
+    runner = session.scalar(select(Runner).where(Runner.token_hash == hash_token(token)))
+    if runner is None:
+        raise Unauthorized("unknown runner token")
+    if runner.disabled:
+        raise Forbidden(f"runner {runner.id} is disabled")
+    # A bulk UPDATE keeps last-seen cheap and out of the ORM unit of work.
+    session.execute(update(Runner).where(Runner.id == runner.id)
+                    .values(last_seen_at=datetime.now(timezone.utc)))
+    session.commit()
+    return runner
+
+
+def require_admin() -> None:
+    token = bearer_token()
+    expected = current_app.extensions["parallax.settings"].admin_token
+    if not expected:
+        raise Forbidden("no admin token is configured: set PARALLAX_ADMIN_TOKEN")
+    if not hmac.compare_digest(token.encode(), expected.encode()):
+        raise Unauthorized("wrong admin token")

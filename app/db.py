@@ -1,0 +1,109 @@
+"""Database engine and sessions.
+
+One `Database` per app (engine + sessionmaker); a request gets one session through
+`request_session()`, closed at teardown. SQLite gets WAL, a busy timeout and foreign keys; its
+write transactions that must be race-free (claiming) begin with `BEGIN IMMEDIATE`.
+"""
+from __future__ import annotations
+
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Iterator
+
+from flask import current_app, g
+from sqlalchemy import Engine, create_engine, event, text
+from sqlalchemy.engine import make_url
+from sqlalchemy.orm import Session, sessionmaker
+
+
+def make_engine(url: str) -> Engine:
+    parsed = make_url(url)
+    if parsed.get_backend_name() == "sqlite":
+        if parsed.database and parsed.database != ":memory:":
+            Path(parsed.database).parent.mkdir(parents=True, exist_ok=True)
+        engine = create_engine(url, connect_args={"timeout": 30, "check_same_thread": False})
+
+        @event.listens_for(engine, "connect")
+        def _sqlite_pragmas(dbapi_connection, _record) -> None:  # type: ignore[no-untyped-def]
+            # Let SQLAlchemy, not pysqlite, decide when transactions begin (so BEGIN IMMEDIATE works).
+            dbapi_connection.isolation_level = None
+            cursor = dbapi_connection.cursor()
+            cursor.execute("PRAGMA foreign_keys=ON")
+            cursor.execute("PRAGMA journal_mode=WAL")
+            cursor.execute("PRAGMA busy_timeout=30000")
+            cursor.close()
+
+        @event.listens_for(engine, "begin")
+        def _sqlite_begin(conn) -> None:  # type: ignore[no-untyped-def]
+            mode = conn.get_execution_options().get("sqlite_begin", "DEFERRED")
+            conn.exec_driver_sql(f"BEGIN {mode}")
+
+        return engine
+    return create_engine(url, pool_pre_ping=True, pool_size=10, max_overflow=20)
+
+
+def is_sqlite(engine_or_session: Engine | Session) -> bool:
+    bind = engine_or_session.get_bind() if isinstance(engine_or_session, Session) else engine_or_session
+    return bind.dialect.name == "sqlite"
+
+
+class Database:
+    def __init__(self, url: str) -> None:
+        self.url = url
+        self.engine = make_engine(url)
+        self.sessionmaker = sessionmaker(self.engine, expire_on_commit=False)
+
+    @contextmanager
+    def session(self) -> Iterator[Session]:
+        """A session that commits on success and rolls back on error."""
+        session = self.sessionmaker()
+        try:
+            yield session
+            session.commit()
+        except BaseException:
+            session.rollback()
+            raise
+        finally:
+            session.close()
+
+    @contextmanager
+    def write_session(self) -> Iterator[Session]:
+        """Like `session`, but on SQLite the transaction takes the write lock at BEGIN, so
+        read-then-write sequences (claiming a job) cannot interleave between processes."""
+        if self.engine.dialect.name != "sqlite":
+            with self.session() as session:
+                yield session
+            return
+        with self.engine.connect().execution_options(sqlite_begin="IMMEDIATE") as conn:
+            session = Session(bind=conn, expire_on_commit=False)
+            try:
+                yield session
+                session.commit()
+            except BaseException:
+                session.rollback()
+                raise
+            finally:
+                session.close()
+
+    def ping(self) -> None:
+        with self.engine.connect() as conn:
+            conn.execute(text("SELECT 1"))
+
+
+def get_db() -> Database:
+    return current_app.extensions["parallax.db"]
+
+
+def request_session() -> Session:
+    if "db_session" not in g:
+        g.db_session = get_db().sessionmaker()
+    return g.db_session
+
+
+def close_request_session(exc: BaseException | None) -> None:
+    session: Session | None = g.pop("db_session", None)
+    if session is None:
+        return
+    if exc is not None:
+        session.rollback()
+    session.close()

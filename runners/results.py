@@ -1,0 +1,199 @@
+"""The results document (contract `parallax.results/1`): what a job writes to `$PARALLAX_RESULTS`.
+
+Lives on the runner side so that the runner validates before uploading and the service imports
+the same rules. Validation is hand-written rather than JSON Schema because the contract needs
+checks a schema cannot state (finite floats, a message naming the exact field path).
+"""
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass
+from typing import Any
+
+SCHEMA = "parallax.results/1"
+DIRECTIONS = ("higher_is_better", "lower_is_better")
+MAX_DOCUMENT_BYTES = 8_000_000
+MAX_SAMPLES = 100_000
+MAX_ITEMS = 1_000_000
+
+
+class ResultsError(ValueError):
+    """The document is invalid. `field` is the JSON path of the offending value."""
+
+    def __init__(self, field: str, message: str) -> None:
+        super().__init__(f"{field}: {message}")
+        self.field = field
+        self.message = message
+
+
+@dataclass(frozen=True)
+class Metric:
+    name: str
+    unit: str
+    direction: str
+    samples: tuple[float, ...]
+
+
+@dataclass(frozen=True)
+class Items:
+    name: str
+    correct: tuple[int, ...]
+
+
+@dataclass(frozen=True)
+class ResultsDocument:
+    suite: str
+    metrics: tuple[Metric, ...]
+    items: Items | None
+    context: dict[str, Any]
+    environment: dict[str, Any]
+
+    @property
+    def simulated(self) -> bool:
+        return bool(self.environment.get("simulated", False))
+
+
+def _reject_constant(name: str) -> Any:
+    # json.loads accepts NaN/Infinity literals by default; the contract refuses them.
+    raise ResultsError("$", f"non-finite number {name} is not allowed")
+
+
+def loads(text: str | bytes, max_bytes: int = MAX_DOCUMENT_BYTES) -> ResultsDocument:
+    """Parse and validate a document from JSON text."""
+    size = len(text.encode() if isinstance(text, str) else text)
+    if size > max_bytes:
+        raise ResultsError("$", f"document is {size} bytes, over the limit of {max_bytes}")
+    try:
+        data = json.loads(text, parse_constant=_reject_constant)
+    except ResultsError:
+        raise
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise ResultsError("$", f"not valid JSON: {exc}") from exc
+    return validate(data)
+
+
+def _string(value: Any, field: str, *, allow_empty: bool = False) -> str:
+    if not isinstance(value, str):
+        raise ResultsError(field, f"must be a string, got {type(value).__name__}")
+    if not allow_empty and not value.strip():
+        raise ResultsError(field, "must not be empty")
+    if len(value) > 256:
+        raise ResultsError(field, "is longer than 256 characters")
+    return value
+
+
+def _finite_json(value: Any, field: str) -> None:
+    """Context and environment are free-form, but must still be finite JSON."""
+    if isinstance(value, float) and not math.isfinite(value):
+        raise ResultsError(field, "non-finite number is not allowed")
+    if isinstance(value, dict):
+        for key, inner in value.items():
+            _finite_json(inner, f"{field}.{key}")
+    elif isinstance(value, list):
+        for i, inner in enumerate(value):
+            _finite_json(inner, f"{field}[{i}]")
+
+
+def validate(data: Any) -> ResultsDocument:
+    """Validate a parsed document; raises ResultsError naming the first bad field."""
+    if not isinstance(data, dict):
+        raise ResultsError("$", f"must be a JSON object, got {type(data).__name__}")
+    if data.get("schema") != SCHEMA:
+        raise ResultsError("schema", f"must be {SCHEMA!r}, got {data.get('schema')!r}")
+    suite = _string(data.get("suite"), "suite")
+    raw_metrics = data.get("metrics")
+    if not isinstance(raw_metrics, list) or not raw_metrics:
+        raise ResultsError("metrics", "must be a non-empty list")
+    metrics: list[Metric] = []
+    seen: set[str] = set()
+    for i, raw in enumerate(raw_metrics):
+        where = f"metrics[{i}]"
+        if not isinstance(raw, dict):
+            raise ResultsError(where, "must be an object")
+        name = _string(raw.get("name"), f"{where}.name")
+        if name in seen:
+            raise ResultsError(f"{where}.name", f"duplicate metric {name!r}")
+        seen.add(name)
+        unit = _string(raw.get("unit", ""), f"{where}.unit", allow_empty=True)
+        direction = raw.get("direction")
+        if direction not in DIRECTIONS:
+            raise ResultsError(f"{where}.direction",
+                               f"unknown direction {direction!r}; expected one of {', '.join(DIRECTIONS)}")
+        samples = raw.get("samples")
+        if not isinstance(samples, list):
+            raise ResultsError(f"{where}.samples", "must be a list of numbers")
+        if not samples:
+            raise ResultsError(f"{where}.samples", "must not be empty")
+        if len(samples) > MAX_SAMPLES:
+            raise ResultsError(f"{where}.samples", f"has more than {MAX_SAMPLES} samples")
+        values: list[float] = []
+        for j, sample in enumerate(samples):
+            if isinstance(sample, bool) or not isinstance(sample, (int, float)):
+                raise ResultsError(f"{where}.samples[{j}]", f"must be a number, got {type(sample).__name__}")
+            if not math.isfinite(sample):
+                raise ResultsError(f"{where}.samples[{j}]", "must be finite (NaN and infinity are refused)")
+            values.append(float(sample))
+        metrics.append(Metric(name=name, unit=unit, direction=direction, samples=tuple(values)))
+    items = None
+    if data.get("items") is not None:
+        raw_items = data["items"]
+        if not isinstance(raw_items, dict):
+            raise ResultsError("items", "must be an object")
+        name = _string(raw_items.get("name"), "items.name")
+        correct = raw_items.get("correct")
+        if not isinstance(correct, list) or not correct:
+            raise ResultsError("items.correct", "must be a non-empty list of 0/1")
+        if len(correct) > MAX_ITEMS:
+            raise ResultsError("items.correct", f"has more than {MAX_ITEMS} items")
+        for j, value in enumerate(correct):
+            if isinstance(value, bool):
+                value = int(value)
+            if value not in (0, 1) or isinstance(value, float):
+                raise ResultsError(f"items.correct[{j}]", f"must be 0 or 1, got {value!r}")
+        items = Items(name=name, correct=tuple(int(v) for v in correct))
+    context = data.get("context", {})
+    if not isinstance(context, dict):
+        raise ResultsError("context", "must be an object")
+    _finite_json(context, "context")
+    environment = data.get("environment", {})
+    if not isinstance(environment, dict):
+        raise ResultsError("environment", "must be an object")
+    _finite_json(environment, "environment")
+    if "platform" in environment and not isinstance(environment["platform"], str):
+        raise ResultsError("environment.platform", "must be a string")
+    if "simulated" in environment and not isinstance(environment["simulated"], bool):
+        raise ResultsError("environment.simulated", "must be true or false")
+    return ResultsDocument(suite=suite, metrics=tuple(metrics), items=items,
+                           context=dict(context), environment=dict(environment))
+
+
+def to_json(document: ResultsDocument) -> dict[str, Any]:
+    out: dict[str, Any] = {
+        "schema": SCHEMA,
+        "suite": document.suite,
+        "metrics": [{"name": m.name, "unit": m.unit, "direction": m.direction, "samples": list(m.samples)}
+                    for m in document.metrics],
+        "context": document.context,
+        "environment": document.environment,
+    }
+    if document.items is not None:
+        out["items"] = {"name": document.items.name, "correct": list(document.items.correct)}
+    return out
+
+
+def write(path: str, *, suite: str, metrics: list[dict[str, Any]], context: dict[str, Any],
+          environment: dict[str, Any], items: dict[str, Any] | None = None) -> ResultsDocument:
+    """Validate and write a document (for jobs). Nothing is written if it is invalid."""
+    data: dict[str, Any] = {"schema": SCHEMA, "suite": suite, "metrics": metrics,
+                            "context": context, "environment": environment}
+    if items is not None:
+        data["items"] = items
+    document = validate(data)
+    text = json.dumps(to_json(document), allow_nan=False)
+    tmp = f"{path}.tmp"
+    with open(tmp, "w") as fh:
+        fh.write(text)
+    import os
+    os.replace(tmp, path)
+    return document

@@ -1,0 +1,61 @@
+"""Helpers for service tests: register runners, queue jobs, build results documents."""
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from tests.conftest import ADMIN_TOKEN
+
+SHA_A = "a" * 40
+SHA_B = "b" * 40
+
+
+def admin_headers() -> dict[str, str]:
+    return {"Authorization": f"Bearer {ADMIN_TOKEN}"}
+
+
+def registration_token(app) -> str:  # type: ignore[no-untyped-def]
+    from app.auth import create_registration_token
+    with app.extensions["parallax.db"].session() as session:
+        return create_registration_token(session, "test")
+
+
+def register(client, app, platform: str = "cpu", name: str = "runner-1", **labels: str) -> dict[str, str]:  # type: ignore[no-untyped-def]
+    token = registration_token(app)
+    response = client.post("/api/v1/runners", json={"name": name, "labels": {"platform": platform, **labels}},
+                           headers={"Authorization": f"Bearer {token}"})
+    assert response.status_code == 201, response.get_json()
+    return {"Authorization": f"Bearer {response.get_json()['token']}"}
+
+
+def queue_jobs(client, sha: str = SHA_A, **cell: str) -> list[dict[str, Any]]:  # type: ignore[no-untyped-def]
+    response = client.post("/api/v1/jobs", json={"repository": "demo/engine", "commit": sha, **cell},
+                           headers=admin_headers())
+    assert response.status_code == 201, response.get_json()
+    return response.get_json()["jobs"]
+
+
+def document(suite: str = "decode-throughput", **overrides: Any) -> dict[str, Any]:
+    doc: dict[str, Any] = {
+        "schema": "parallax.results/1",
+        "suite": suite,
+        "metrics": [
+            {"name": "output_throughput", "unit": "tok/s", "direction": "higher_is_better",
+             "samples": [1210.4, 1198.7, 1215.0]},
+            {"name": "itl_p50", "unit": "ms", "direction": "lower_is_better", "samples": [7.9, 8.1, 8.0]},
+        ],
+        "items": {"name": "gsm8k", "correct": [1, 0, 1]},
+        "context": {"model": "SmolLM2-135M-Instruct", "batch_size": 32},
+        "environment": {"platform": "cpu", "device": "test cpu", "torch": "2.13.0", "hip": None,
+                        "cuda": None, "simulated": False},
+    }
+    doc.update(overrides)
+    return doc
+
+
+def raw(doc: dict[str, Any]) -> bytes:
+    return json.dumps(doc).encode()
+
+
+def claim(client, headers, wait_s: float = 0):  # type: ignore[no-untyped-def]
+    return client.post("/api/v1/jobs/claim", json={"wait_s": wait_s}, headers=headers)
