@@ -17,6 +17,13 @@ def _optional(module_name: str):  # type: ignore[no-untyped-def]
     return importlib.import_module(module_name)
 
 
+def job_queued(session: Session, job: Job) -> None:
+    """A new job was queued (a commit status can go to pending)."""
+    module = _optional("app.github_status")
+    if module is not None:
+        module.on_job_queued(session, job)
+
+
 def run_stored(session: Session, run: Run) -> None:
     """A results document was stored: mark the series for detection, queue a status update."""
     for name in ("app.detection_service", "app.github_status"):

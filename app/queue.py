@@ -68,6 +68,8 @@ def enqueue(session: Session, repository: Repository, commit: Commit, suite: Sui
               pull_request_id=pull_request_id, bisect_id=bisect_id)
     session.add(job)
     session.flush()
+    from app import pipeline
+    pipeline.job_queued(session, job)
     return job, True
 
 
