@@ -1,0 +1,49 @@
+"""The schema has one source of truth per side: models and migrations must agree."""
+import pytest
+from alembic.autogenerate import compare_metadata
+from alembic.runtime.migration import MigrationContext
+
+from app import create_app
+from app.db import make_engine
+from app.migrate import SchemaBehind, current_revision, head_revision, upgrade
+from app.models import Base
+from tests.conftest import make_settings
+
+
+def test_models_and_migrations_agree(database_url):
+    engine = make_engine(database_url)
+    with engine.connect() as conn:
+        context = MigrationContext.configure(conn, opts={"compare_type": True})
+        differences = compare_metadata(context, Base.metadata)
+    engine.dispose()
+    assert differences == []
+
+
+def test_upgrade_brings_an_empty_database_to_head(tmp_path):
+    url = f"sqlite:///{tmp_path / 'fresh.db'}"
+    upgrade(url)
+    engine = make_engine(url)
+    assert current_revision(engine) == head_revision()
+    engine.dispose()
+
+
+def test_upgrade_twice_is_harmless(tmp_path):
+    url = f"sqlite:///{tmp_path / 'twice.db'}"
+    upgrade(url)
+    upgrade(url)
+    engine = make_engine(url)
+    assert current_revision(engine) == head_revision()
+    engine.dispose()
+
+
+def test_service_refuses_an_unmigrated_database(tmp_path):
+    url = f"sqlite:///{tmp_path / 'empty.db'}"
+    with pytest.raises(SchemaBehind, match="parallax db upgrade"):
+        create_app(make_settings(url))
+
+
+def test_service_refuses_a_database_behind_head(tmp_path):
+    url = f"sqlite:///{tmp_path / 'old.db'}"
+    upgrade(url, "base")
+    with pytest.raises(SchemaBehind, match="Run `parallax db upgrade`"):
+        create_app(make_settings(url))

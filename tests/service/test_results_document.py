@@ -1,0 +1,105 @@
+"""Invalid results documents are refused with 422 naming the field, and store nothing."""
+import copy
+import json
+
+import pytest
+from sqlalchemy import func, select
+
+from app.models import Job, JobState, Run
+from runners.results import ResultsError, loads, validate
+from tests.service.helpers import SHA_A, claim, document, queue_jobs, register
+
+
+def mutate(path, value):
+    doc = document()
+    target = doc
+    *parents, last = path
+    for key in parents:
+        target = target[key]
+    if value is KeyError:
+        del target[last]
+    else:
+        target[last] = value
+    return doc
+
+
+INVALID = [
+    ("schema", mutate(["schema"], "parallax.results/0"), "schema"),
+    ("missing suite", mutate(["suite"], KeyError), "suite"),
+    ("metrics not a list", mutate(["metrics"], {"a": 1}), "metrics"),
+    ("no metrics", mutate(["metrics"], []), "metrics"),
+    ("empty samples", mutate(["metrics", 0, "samples"], []), "metrics[0].samples"),
+    ("unknown direction", mutate(["metrics", 1, "direction"], "sideways"), "metrics[1].direction"),
+    ("string sample", mutate(["metrics", 0, "samples"], [1.0, "fast"]), "metrics[0].samples[1]"),
+    ("boolean sample", mutate(["metrics", 0, "samples"], [True]), "metrics[0].samples[0]"),
+    ("metric name missing", mutate(["metrics", 0, "name"], KeyError), "metrics[0].name"),
+    ("duplicate metric", mutate(["metrics", 1, "name"], "output_throughput"), "metrics[1].name"),
+    ("items not 0/1", mutate(["items", "correct"], [1, 2]), "items.correct[1]"),
+    ("items empty", mutate(["items", "correct"], []), "items.correct"),
+    ("context not object", mutate(["context"], [1]), "context"),
+    ("environment not object", mutate(["environment"], "cuda"), "environment"),
+    ("simulated not bool", mutate(["environment", "simulated"], "yes"), "environment.simulated"),
+]
+
+
+@pytest.mark.parametrize("label,doc,field", INVALID, ids=[case[0] for case in INVALID])
+def test_validator_names_the_field(label, doc, field):
+    with pytest.raises(ResultsError) as info:
+        validate(doc)
+    assert info.value.field == field
+
+
+@pytest.mark.parametrize("literal", ["NaN", "Infinity", "-Infinity"])
+def test_non_finite_literals_are_refused(literal):
+    text = json.dumps(document()).replace("1210.4", literal)
+    with pytest.raises(ResultsError, match="non-finite"):
+        loads(text)
+
+
+def test_non_finite_in_context_names_the_key():
+    doc = document(context={"batch": {"ratio": float("nan")}})
+    with pytest.raises(ResultsError) as info:
+        validate(doc)
+    assert info.value.field == "context.batch.ratio"
+
+
+def test_the_contract_example_is_valid():
+    parsed = validate(document())
+    assert parsed.metrics[0].samples == (1210.4, 1198.7, 1215.0) and parsed.items.correct == (1, 0, 1)
+
+
+def test_oversize_document_is_refused_by_the_validator():
+    with pytest.raises(ResultsError, match="over the limit"):
+        loads(json.dumps(document()), max_bytes=100)
+
+
+@pytest.fixture
+def held(client, app):
+    queue_jobs(client, SHA_A, suite="decode-throughput", platform="cpu")
+    headers = register(client, app)
+    return claim(client, headers).get_json()["job"], headers
+
+
+@pytest.mark.parametrize("label,doc,field", INVALID, ids=[case[0] for case in INVALID])
+def test_service_answers_422_naming_the_field_and_stores_nothing(client, db, held, label, doc, field):
+    job, headers = held
+    response = client.post(f"/api/v1/jobs/{job['id']}/complete", data=json.dumps(doc), headers=headers)
+    assert response.status_code == 422
+    body = response.get_json()
+    assert body["field"] == field and field in body["detail"]
+    with db.session() as session:
+        assert session.scalar(select(func.count()).select_from(Run)) == 0
+        assert session.get(Job, job["id"]).state == JobState.running  # still held: the runner may retry
+
+
+def test_service_refuses_nan_with_422(client, db, held):
+    job, headers = held
+    text = json.dumps(document()).replace("7.9", "NaN")
+    response = client.post(f"/api/v1/jobs/{job['id']}/complete", data=text, headers=headers)
+    assert response.status_code == 422 and "non-finite" in response.get_json()["detail"]
+
+
+def test_service_refuses_malformed_document_with_422(client, held):
+    job, headers = held
+    response = client.post(f"/api/v1/jobs/{job['id']}/complete", data=b"{oops", headers=headers)
+    assert response.status_code == 422 and response.get_json()["field"] == "$"
