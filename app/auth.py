@@ -8,7 +8,7 @@ from __future__ import annotations
 import hashlib
 import hmac
 import secrets
-from datetime import datetime, timezone
+from datetime import datetime, timedelta, timezone
 
 from flask import current_app, request
 from sqlalchemy import select, update
@@ -16,6 +16,9 @@ from sqlalchemy.orm import Session
 
 from app.errors import Forbidden, Unauthorized
 from app.models import RegistrationToken, Runner
+
+
+LAST_SEEN_RESOLUTION = timedelta(seconds=15)
 
 
 def new_token(prefix: str) -> str:
@@ -55,10 +58,14 @@ def require_runner(session: Session) -> Runner:
         raise Unauthorized("unknown runner token")
     if runner.disabled:
         raise Forbidden(f"runner {runner.id} is disabled")
-    # A bulk UPDATE keeps last-seen cheap and out of the ORM unit of work.
-    session.execute(update(Runner).where(Runner.id == runner.id)
-                    .values(last_seen_at=datetime.now(timezone.utc)))
-    session.commit()
+    moment = datetime.now(timezone.utc)
+    last_seen = runner.last_seen_at
+    if last_seen is not None and last_seen.tzinfo is None:
+        last_seen = last_seen.replace(tzinfo=timezone.utc)
+    if last_seen is None or moment - last_seen > LAST_SEEN_RESOLUTION:
+        # Coarse on purpose: a write per request would serialise every call on SQLite.
+        session.execute(update(Runner).where(Runner.id == runner.id).values(last_seen_at=moment))
+        session.commit()
     return runner
 
 

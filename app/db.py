@@ -1,8 +1,11 @@
 """Database engine and sessions.
 
 One `Database` per app (engine + sessionmaker); a request gets one session through
-`request_session()`, closed at teardown. SQLite gets WAL, a busy timeout and foreign keys; its
-write transactions that must be race-free (claiming) begin with `BEGIN IMMEDIATE`.
+`request_session()`, closed at teardown. SQLite gets WAL, a busy timeout and foreign keys, and
+every transaction begins with `BEGIN IMMEDIATE`: a deferred transaction that read first and
+writes later fails at once with "database is locked" when another writer got there in between
+(SQLite does not wait in that case), while an immediate one waits its turn for the write lock.
+That makes read-then-write sequences such as claiming race-free on the embedded default.
 """
 from __future__ import annotations
 
@@ -35,8 +38,7 @@ def make_engine(url: str) -> Engine:
 
         @event.listens_for(engine, "begin")
         def _sqlite_begin(conn) -> None:  # type: ignore[no-untyped-def]
-            mode = conn.get_execution_options().get("sqlite_begin", "DEFERRED")
-            conn.exec_driver_sql(f"BEGIN {mode}")
+            conn.exec_driver_sql("BEGIN IMMEDIATE")
 
         return engine
     return create_engine(url, pool_pre_ping=True, pool_size=10, max_overflow=20)
@@ -65,25 +67,6 @@ class Database:
             raise
         finally:
             session.close()
-
-    @contextmanager
-    def write_session(self) -> Iterator[Session]:
-        """Like `session`, but on SQLite the transaction takes the write lock at BEGIN, so
-        read-then-write sequences (claiming a job) cannot interleave between processes."""
-        if self.engine.dialect.name != "sqlite":
-            with self.session() as session:
-                yield session
-            return
-        with self.engine.connect().execution_options(sqlite_begin="IMMEDIATE") as conn:
-            session = Session(bind=conn, expire_on_commit=False)
-            try:
-                yield session
-                session.commit()
-            except BaseException:
-                session.rollback()
-                raise
-            finally:
-                session.close()
 
     def ping(self) -> None:
         with self.engine.connect() as conn:

@@ -123,7 +123,6 @@ def reap_expired(session: Session) -> int:
             session.execute(update(JobAttempt).where(JobAttempt.job_id == job_id, JobAttempt.attempt == attempt)
                             .values(ended_at=moment, outcome="lease_expired"))
             log.info("lease expired", extra={"px_job": job_id, "px_attempt": attempt, "px_runner": runner_id})
-    session.commit()
     return count
 
 
@@ -135,10 +134,10 @@ def try_claim(db: Database, runner_id: int, lease_s: int) -> Job | None:
     """Claim the most urgent queued job for the runner's platform, or None.
 
     PostgreSQL: `FOR UPDATE SKIP LOCKED`, so concurrent claimers pass over each other's rows.
-    SQLite: the whole read-then-write runs in a `BEGIN IMMEDIATE` transaction (one writer)."""
+    SQLite: the whole read-then-write runs in a `BEGIN IMMEDIATE` transaction (app.db), so
+    claimers take turns."""
     with db.session() as session:
         reap_expired(session)
-    with db.write_session() as session:
         runner = session.get(Runner, runner_id)
         assert runner is not None
         query = (select(Job, Suite.labels).join(Suite, Suite.id == Job.suite_id)
