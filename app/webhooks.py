@@ -1,0 +1,359 @@
+"""`POST /webhooks/github`: verify, record, answer; a background duty does the work.
+
+The request path is short on purpose (GitHub gives up after 10 s): the body size is checked,
+the `X-Hub-Signature-256` HMAC is verified over the raw body before anything is parsed, the
+delivery id is recorded once (a redelivery is answered 200 and changes nothing), and events
+that Parallax does not act on (tags, branch deletions, untracked branches or repositories,
+other events and actions) are answered 202 with the reason. Deliveries to act on are stored as
+`pending`; `process_pending` (the "webhooks" duty, also called by tests) claims them through the
+database, fetches the repository's git mirror, stores the commit graph and queues the matrix.
+Deliveries of one repository are processed in the order they arrived.
+"""
+from __future__ import annotations
+
+import hashlib
+import hmac
+import json
+import logging
+import time
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta, timezone
+from typing import Any
+from urllib.parse import parse_qs
+
+from flask import Blueprint, current_app, jsonify, request
+from sqlalchemy import or_, select, update
+from sqlalchemy.exc import IntegrityError
+from sqlalchemy.orm import Session
+
+from app import commit_graph, matrix
+from app.background import Duty
+from app.config import Settings
+from app.db import Database, request_session
+from app.errors import APIError, PayloadTooLarge, Unauthorized
+from app.git_mirror import SHA_RE, ZERO_SHA, Mirror
+from app.models import Repository, WebhookDelivery
+
+log = logging.getLogger(__name__)
+bp = Blueprint("webhooks", __name__)
+
+PULL_REQUEST_ACTIONS = ("opened", "synchronize", "reopened")
+CLAIM_S = 600.0  # a delivery's processing (a first fetch of a large repository) may take minutes
+MAX_ATTEMPTS = 5
+RETRY_DELAYS_S = (10, 60, 300, 1800)
+
+
+class BadRequest(APIError):
+    status, error = 400, "bad_request"
+
+
+class ServiceUnavailable(APIError):
+    status, error = 503, "not_configured"
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """What the request path decided: store as `state` and answer `status` with `reason`."""
+    state: str  # pending / done / ignored
+    status: int
+    reason: str
+
+
+# ---------------------------------------------------------------- request path
+
+def verify_signature(secret: str, body: bytes, header: str | None) -> None:
+    if not header:
+        raise Unauthorized("X-Hub-Signature-256 header is missing; set the webhook secret on GitHub")
+    if not header.startswith("sha256="):
+        raise Unauthorized("X-Hub-Signature-256 must look like sha256=<hex digest>")
+    expected = "sha256=" + hmac.new(secret.encode(), body, hashlib.sha256).hexdigest()
+    if not hmac.compare_digest(expected.encode(), header.strip().encode()):
+        raise Unauthorized("X-Hub-Signature-256 does not match the body (wrong secret or altered body)")
+
+
+def _read_body(limit: int) -> bytes:
+    if request.content_length is not None and request.content_length > limit:
+        raise PayloadTooLarge(f"webhook body is {request.content_length} bytes; the limit is {limit}")
+    body = request.stream.read(limit + 1)
+    if len(body) > limit:
+        raise PayloadTooLarge(f"webhook body is over the limit of {limit} bytes")
+    return body
+
+
+def parse_payload(body: bytes, content_type: str) -> dict[str, Any]:
+    """JSON, or GitHub's form encoding (`payload=<json>`)."""
+    text: str | bytes = body
+    if content_type.startswith("application/x-www-form-urlencoded"):
+        values = parse_qs(body.decode("utf-8", errors="replace")).get("payload")
+        if not values:
+            raise BadRequest("form-encoded webhook without a 'payload' field; use content type application/json")
+        text = values[0]
+    try:
+        payload = json.loads(text)
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise BadRequest(f"body is not valid JSON: {exc}") from exc
+    if not isinstance(payload, dict):
+        raise BadRequest("body must be a JSON object")
+    return payload
+
+
+def _field(payload: dict[str, Any], path: str, kind: type | tuple[type, ...]) -> Any:
+    value: Any = payload
+    for key in path.split("."):
+        value = value.get(key) if isinstance(value, dict) else None
+    if not isinstance(value, kind) or isinstance(value, bool) and kind is int:
+        raise BadRequest(f"{path}: missing or not a {getattr(kind, '__name__', kind)}", extra={"field": path})
+    return value
+
+
+def _sha_field(payload: dict[str, Any], path: str) -> str:
+    value = _field(payload, path, str)
+    if not SHA_RE.match(value):
+        raise BadRequest(f"{path}: not a 40-character lowercase hex SHA: {value[:60]!r}", extra={"field": path})
+    return value
+
+
+def find_repository(session: Session, payload: dict[str, Any]) -> Repository | None:
+    """The tracked repository a payload is about: by owner/name, else by its clone URLs."""
+    info = payload.get("repository") or {}
+    full_name = info.get("full_name")
+    if isinstance(full_name, str):
+        repo = session.scalar(select(Repository).where(Repository.name == full_name))
+        if repo is not None:
+            return repo
+    urls = {u for key in ("clone_url", "html_url", "ssh_url", "git_url", "url")
+            if isinstance(u := info.get(key), str)}
+    urls |= {u[:-4] for u in urls if u.endswith(".git")} | {u + ".git" for u in urls}
+    if not urls:
+        return None
+    return session.scalar(select(Repository).where(Repository.url.in_(sorted(urls))).limit(1))
+
+
+def classify(session: Session, event: str, payload: dict[str, Any]) -> Verdict:
+    """Decide from the payload alone (plus the tracked repositories) what the delivery is."""
+    if event == "ping":
+        return Verdict("done", 200, "pong")
+    if event not in ("push", "pull_request"):
+        return Verdict("ignored", 202, f"event {event!r} is not handled (only push and pull_request)")
+    if event == "push":
+        ref = _field(payload, "ref", str)
+        before, after = _sha_field(payload, "before"), _sha_field(payload, "after")
+        if ref.startswith("refs/tags/"):
+            return Verdict("ignored", 202, f"tag push ({ref}) is not measured")
+        if payload.get("deleted") is True or after == ZERO_SHA:
+            return Verdict("ignored", 202, f"branch deletion ({ref}) changes nothing")
+        if not ref.startswith("refs/heads/"):
+            return Verdict("ignored", 202, f"push to {ref} is not a branch push")
+        del before
+    else:
+        action = _field(payload, "action", str)
+        if action not in PULL_REQUEST_ACTIONS:
+            return Verdict("ignored", 202, f"pull_request action {action!r} is not handled "
+                                           f"(handled: {', '.join(PULL_REQUEST_ACTIONS)})")
+        _field(payload, "pull_request.number", int)
+        _sha_field(payload, "pull_request.head.sha")
+        _field(payload, "pull_request.base.ref", str)
+    repo = find_repository(session, payload)
+    if repo is None:
+        name = (payload.get("repository") or {}).get("full_name")
+        return Verdict("ignored", 202, f"repository {name!r} is not tracked; add it with `parallax repo add`")
+    if event == "push":
+        branch = payload["ref"][len("refs/heads/"):]
+        if branch != repo.default_branch:
+            return Verdict("ignored", 202, f"branch {branch!r} is not tracked (only the default branch "
+                                           f"{repo.default_branch!r}; other branches are measured as pull requests)")
+    return Verdict("pending", 202, "queued for processing")
+
+
+@bp.post("/webhooks/github")
+def receive():  # type: ignore[no-untyped-def]
+    settings: Settings = current_app.extensions["parallax.settings"]
+    if not settings.github_webhook_secret:
+        raise ServiceUnavailable("webhooks are off: PARALLAX_GITHUB_WEBHOOK_SECRET is not set")
+    body = _read_body(settings.max_webhook_bytes)
+    verify_signature(settings.github_webhook_secret, body, request.headers.get("X-Hub-Signature-256"))
+    event = request.headers.get("X-GitHub-Event", "")
+    delivery_id = request.headers.get("X-GitHub-Delivery", "")
+    if not event or len(event) > 64:
+        raise BadRequest("X-GitHub-Event header is missing or too long")
+    if not delivery_id or len(delivery_id) > 128:
+        raise BadRequest("X-GitHub-Delivery header is missing or too long")
+    payload = parse_payload(body, request.content_type or "application/json")
+    session = request_session()
+    existing = session.scalar(select(WebhookDelivery).where(WebhookDelivery.delivery_id == delivery_id))
+    if existing is not None:
+        return _duplicate(existing)
+    verdict = classify(session, event, payload)
+    action = payload.get("action") if isinstance(payload.get("action"), str) else None
+    delivery = WebhookDelivery(delivery_id=delivery_id, event=event, action=(action or None) and action[:64],
+                               payload=body.decode("utf-8", errors="replace"), state=verdict.state,
+                               result=None if verdict.state == "pending" else verdict.reason,
+                               processed_at=None if verdict.state == "pending" else datetime.now(timezone.utc))
+    session.add(delivery)
+    try:
+        session.commit()
+    except IntegrityError:  # the same delivery arrived twice at once; the other request stored it
+        session.rollback()
+        return _duplicate(session.scalar(select(WebhookDelivery).where(WebhookDelivery.delivery_id == delivery_id)))
+    status = {"pending": "accepted", "done": "ok", "ignored": "ignored"}[verdict.state]
+    return jsonify({"status": status, "delivery": delivery_id, "reason": verdict.reason}), verdict.status
+
+
+def _duplicate(existing: WebhookDelivery | None):  # type: ignore[no-untyped-def]
+    state = existing.state if existing is not None else "pending"
+    return jsonify({"status": "duplicate", "delivery": existing.delivery_id if existing else None,
+                    "reason": f"delivery already received (state {state}); nothing new was done"}), 200
+
+
+# ---------------------------------------------------------------- processing
+
+@dataclass
+class ProcessReport:
+    processed: list[str] = field(default_factory=list)
+    failed: list[str] = field(default_factory=list)
+    results: dict[str, str] = field(default_factory=dict)
+
+
+def _repo_key(payload_text: str) -> str:
+    try:
+        info = json.loads(payload_text).get("repository") or {}
+        return str(info.get("full_name") or info.get("clone_url") or "")
+    except ValueError:
+        return ""
+
+
+def process_pending(db: Database, settings: Settings, *, limit: int = 50, budget_s: float = 25.0) -> ProcessReport:
+    """Process pending deliveries, oldest first. Each is claimed with a conditional UPDATE
+    (`claimed_until`), so concurrent workers never process one twice; a delivery waiting for a
+    retry holds back the later deliveries of its repository, so their order is kept."""
+    report = ProcessReport()
+    started = time.monotonic()
+    now = datetime.now(timezone.utc)
+    with db.session() as session:
+        rows = list(session.execute(select(WebhookDelivery.id, WebhookDelivery.payload, WebhookDelivery.claimed_until)
+                                    .where(WebhookDelivery.state == "pending")
+                                    .order_by(WebhookDelivery.id).limit(limit)))
+    blocked: set[str] = set()
+    for row_id, payload_text, claimed_until in rows:
+        key = _repo_key(payload_text)
+        if key in blocked:
+            continue
+        if time.monotonic() - started > budget_s:
+            break
+        if claimed_until is not None and _utc(claimed_until) >= now or not _claim(db, row_id):
+            blocked.add(key)
+            continue
+        delivery_id, ok, result = _process_one(db, settings, row_id)
+        report.results[delivery_id] = result
+        (report.processed if ok else report.failed).append(delivery_id)
+        if not ok:
+            blocked.add(key)
+    return report
+
+
+def _utc(value: datetime) -> datetime:
+    return value if value.tzinfo is not None else value.replace(tzinfo=timezone.utc)
+
+
+def _claim(db: Database, row_id: int) -> bool:
+    now = datetime.now(timezone.utc)
+    with db.session() as session:
+        result = session.execute(
+            update(WebhookDelivery)
+            .where(WebhookDelivery.id == row_id, WebhookDelivery.state == "pending",
+                   or_(WebhookDelivery.claimed_until.is_(None), WebhookDelivery.claimed_until < now))
+            .values(claimed_until=now + timedelta(seconds=CLAIM_S), attempts=WebhookDelivery.attempts + 1))
+        return result.rowcount == 1
+
+
+def _process_one(db: Database, settings: Settings, row_id: int) -> tuple[str, bool, str]:
+    from app.github_status import use_settings
+    with db.session() as session:
+        delivery = session.get(WebhookDelivery, row_id)
+        assert delivery is not None
+        delivery_id, attempts = delivery.delivery_id, delivery.attempts
+    try:
+        with use_settings(settings), db.session() as session:
+            delivery = session.get(WebhookDelivery, row_id)
+            assert delivery is not None
+            result = handle(session, settings, delivery.event, json.loads(delivery.payload))
+            delivery.state, delivery.result = "done", result
+            delivery.processed_at, delivery.claimed_until = datetime.now(timezone.utc), None
+        log.info("webhook processed", extra={"px_delivery": delivery_id, "px_result": result})
+        return delivery_id, True, result
+    except Exception as exc:  # recorded on the delivery and retried; the worker keeps going
+        message = f"{type(exc).__name__}: {exc}"[:4000]
+        log.warning("webhook processing failed", extra={"px_delivery": delivery_id, "px_error": message})
+        with db.session() as session:
+            delivery = session.get(WebhookDelivery, row_id)
+            assert delivery is not None
+            delivery.result = message
+            if attempts >= MAX_ATTEMPTS:
+                delivery.state, delivery.processed_at, delivery.claimed_until = "error", datetime.now(timezone.utc), None
+            else:
+                delay = RETRY_DELAYS_S[min(attempts, len(RETRY_DELAYS_S)) - 1]
+                delivery.claimed_until = datetime.now(timezone.utc) + timedelta(seconds=delay)
+        return delivery_id, False, message
+
+
+def mirror_for(settings: Settings, repository: Repository) -> Mirror:
+    return Mirror.for_repository(settings.data_dir, repository.name, repository.url)
+
+
+def handle(session: Session, settings: Settings, event: str, payload: dict[str, Any]) -> str:
+    """Act on one stored delivery; returns a one-line summary kept on the delivery."""
+    verdict = classify(session, event, payload)
+    if verdict.state != "pending":
+        return verdict.reason
+    repository = find_repository(session, payload)
+    assert repository is not None
+    mirror = mirror_for(settings, repository)
+    if event == "push":
+        return _handle_push(session, repository, mirror, payload)
+    return _handle_pull_request(session, repository, mirror, payload)
+
+
+def _handle_push(session: Session, repository: Repository, mirror: Mirror, payload: dict[str, Any]) -> str:
+    branch_name = payload["ref"][len("refs/heads/"):]
+    before, after = payload["before"], payload["after"]
+    mirror.fetch(extra=[after])
+    if not mirror.has_commit(after):
+        raise LookupError(f"commit {after} is not in {repository.url} (yet)")
+    update_ = commit_graph.update_branch_from_push(session, repository, mirror, branch_name,
+                                                   None if before == ZERO_SHA else before, after)
+    head = update_.head
+    assert head is not None
+    head_position = mirror.first_parent_depth(after)
+    queued = matrix.queue_push(session, repository, update_.pushed, head=head, head_position=head_position)
+    created = sum(1 for q in queued if q.created)
+    return (f"push {branch_name} {before[:12]}..{after[:12]}: {len(update_.pushed)} commit(s) added, "
+            f"{len(update_.dropped)} dropped from history; {created} job(s) queued, "
+            f"{len(queued) - created} already queued or done")
+
+
+def _handle_pull_request(session: Session, repository: Repository, mirror: Mirror, payload: dict[str, Any]) -> str:
+    pr = payload["pull_request"]
+    number, head = int(pr["number"]), pr["head"]["sha"]
+    base_branch = pr["base"]["ref"]
+    base_sha = pr["base"].get("sha") if isinstance(pr["base"].get("sha"), str) else None
+    if base_sha is not None and not SHA_RE.match(base_sha):
+        base_sha = None
+    mirror.fetch(extra=[f"refs/pull/{number}/head", head])
+    if not mirror.has_commit(head):
+        raise LookupError(f"pull request #{number} head {head} is not in {repository.url} (yet)")
+    pull, head_commit, merge_base = commit_graph.record_pull_request(
+        session, repository, mirror, number=number, title=pr.get("title") if isinstance(pr.get("title"), str) else None,
+        base_branch=base_branch, head=head, base=base_sha)
+    queued = matrix.queue_pull_request(session, repository, pull.id, head_commit, merge_base)
+    created = sum(1 for q in queued if q.created)
+    base_text = merge_base.sha[:12] if merge_base else "unknown"
+    return (f"pull request #{number} ({payload['action']}) head {head[:12]}, merge-base {base_text}: "
+            f"{created} job(s) queued, {len(queued) - created} already queued or done")
+
+
+DUTIES = [Duty("webhooks", lambda db: process_pending(db, _duty_settings()), interval_s=1.0, lease_s=60.0)]
+
+
+def _duty_settings() -> Settings:
+    from app.github_status import current_settings
+    return current_settings()

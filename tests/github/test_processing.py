@@ -1,0 +1,260 @@
+"""Background processing of stored deliveries: the graph comes from a real git repository (the
+temp `upstream` stands in for GitHub), and the matrix is queued at the right commits."""
+from __future__ import annotations
+
+import threading
+
+from sqlalchemy import func, select
+
+from app.models import (Branch, BranchCommit, Commit, Job, JobReason, PullRequest, Suite, WebhookDelivery)
+from app.webhooks import process_pending
+from tests.github.conftest import post_webhook, pr_payload, push_payload
+
+MATRIX = 5  # decode-throughput on cuda/rocm/cpu + gsm8k on cuda/rocm (tests/conftest.py SUITES)
+
+
+def jobs_by_sha(db) -> dict[str, list[tuple[str, str, str]]]:  # type: ignore[no-untyped-def]
+    with db.session() as session:
+        rows = session.execute(select(Commit.sha, Suite.name, Job.platform, Job.reason)
+                               .join(Commit, Commit.id == Job.commit_id).join(Suite, Suite.id == Job.suite_id))
+        out: dict[str, list[tuple[str, str, str]]] = {}
+        for sha, suite, platform, reason in rows:
+            out.setdefault(sha, []).append((suite, platform, reason.value))
+        return out
+
+
+def history(db, branch: str = "master") -> list[str]:  # type: ignore[no-untyped-def]
+    """The branch's series order: active rows by position (the detection contract)."""
+    with db.session() as session:
+        return list(session.scalars(
+            select(Commit.sha).join(BranchCommit, BranchCommit.commit_id == Commit.id)
+            .join(Branch, Branch.id == BranchCommit.branch_id)
+            .where(Branch.name == branch, BranchCommit.active.is_(True)).order_by(BranchCommit.position)))
+
+
+def push(client, app, db, before: str, after: str, commits: list[str], **kw):  # type: ignore[no-untyped-def]
+    response = post_webhook(client, "push", push_payload(before, after, commits, **kw))
+    assert response.status_code == 202, response.get_json()
+    report = process_pending(db, app.extensions["parallax.settings"])
+    assert not report.failed, report.results
+    return report
+
+
+def test_push_with_commits_queues_each_platform_and_suite_at_the_pushed_shas(client, app, db, tracked, upstream):
+    base = upstream.commit()
+    pushed = upstream.commits(3)
+    push(client, app, db, base, pushed[-1], pushed)
+    jobs = jobs_by_sha(db)
+    assert set(jobs) == set(pushed)
+    expected = {("decode-throughput", p, "push") for p in ("cuda", "rocm", "cpu")} | \
+               {("gsm8k", p, "push") for p in ("cuda", "rocm")}
+    for sha in pushed:
+        assert set(jobs[sha]) == expected
+
+
+def test_delivery_is_marked_done_with_a_summary(client, app, db, tracked, upstream):
+    base = upstream.commit()
+    head = upstream.commit()
+    push(client, app, db, base, head, [head])
+    with db.session() as session:
+        delivery = session.scalar(select(WebhookDelivery))
+        assert delivery.state == "done"
+        assert "1 commit(s) added" in delivery.result and f"{MATRIX} job(s) queued" in delivery.result
+
+
+def test_first_push_of_a_new_branch_measures_its_head_only(client, app, db, tracked, upstream):
+    shas = upstream.commits(4)
+    push(client, app, db, "0" * 40, shas[-1], shas)
+    assert set(jobs_by_sha(db)) == {shas[-1]}
+    assert history(db) == [shas[-1]]
+
+
+def test_same_commit_arriving_twice_is_deduplicated(client, app, db, tracked, upstream):
+    base = upstream.commit()
+    head = upstream.commit()
+    push(client, app, db, base, head, [head])
+    push(client, app, db, base, head, [head])  # a second delivery id with the same push
+    with db.session() as session:
+        assert session.scalar(select(func.count()).select_from(Job)) == MATRIX
+
+
+def test_push_of_fifty_then_force_push_dropping_three(client, app, db, tracked, upstream):
+    root = upstream.commit()
+    push(client, app, db, "0" * 40, root, [root])
+    fifty = upstream.commits(50)
+    push(client, app, db, root, fifty[-1], fifty)
+    assert history(db) == [root, *fifty]
+    upstream("reset", "-q", "--hard", fifty[-4])
+    replacement = upstream.commits(2)
+    push(client, app, db, fifty[-1], replacement[-1], replacement, forced=True)
+
+    assert history(db) == [root, *fifty[:-3], *replacement]
+    with db.session() as session:
+        dropped = session.execute(select(Commit.sha, BranchCommit.active, BranchCommit.position)
+                                  .join(BranchCommit, BranchCommit.commit_id == Commit.id)
+                                  .where(Commit.sha.in_(fifty[-3:]))).all()
+        assert sorted((sha, active) for sha, active, _ in dropped) == sorted((sha, False) for sha in fifty[-3:])
+        # The dropped commits keep their stored graph; a replacement takes over the position.
+        positions = dict(session.execute(select(Commit.sha, BranchCommit.position)
+                                         .join(BranchCommit, BranchCommit.commit_id == Commit.id)).all())
+        assert positions[replacement[0]] == positions[fifty[-3]] == 48
+        branch = session.scalar(select(Branch))
+        assert session.get(Commit, branch.head_commit_id).sha == replacement[-1]
+
+
+def test_dag_has_each_commit_with_its_parents(client, app, db, tracked, upstream):
+    from app.models import CommitParent
+    root = upstream.commit()
+    push(client, app, db, "0" * 40, root, [root])
+    shas = upstream.commits(5)
+    push(client, app, db, root, shas[-1], shas)
+    with db.session() as session:
+        ids = dict(session.execute(select(Commit.sha, Commit.id)).all())
+        edges = set(session.execute(select(CommitParent.commit_id, CommitParent.position, CommitParent.parent_id)))
+        chain = [root, *shas]
+        for child, parent in zip(chain[1:], chain):
+            assert (ids[child], 0, ids[parent]) in edges
+        assert all(c.graph_loaded for c in session.scalars(select(Commit).where(Commit.sha.in_(shas))))
+
+
+def test_merge_commit_keeps_both_parents_and_first_parent_history(client, app, db, tracked, upstream):
+    from app.models import CommitParent
+    root = upstream.commit()
+    push(client, app, db, "0" * 40, root, [root])
+    upstream("checkout", "-q", "-b", "topic")
+    (upstream.path / "topic.txt").write_text("topic\n")
+    upstream("add", "topic.txt")
+    upstream("commit", "-q", "-m", "topic work")
+    topic = upstream.head()
+    upstream("checkout", "-q", "master")
+    main_work = upstream.commit()
+    upstream("merge", "-q", "--no-ff", "-m", "merge topic", "topic")
+    merge = upstream.head()
+    push(client, app, db, root, merge, [topic, main_work, merge])
+
+    assert history(db) == [root, main_work, merge]  # the topic commit is in the DAG, not the series
+    jobs = jobs_by_sha(db)
+    assert set(jobs) == {root, main_work, merge}  # root: measured by the first push
+    with db.session() as session:
+        ids = dict(session.execute(select(Commit.sha, Commit.id)).all())
+        parents = list(session.execute(select(CommitParent.position, CommitParent.parent_id)
+                                       .where(CommitParent.commit_id == ids[merge]).order_by(CommitParent.position)))
+        assert parents == [(0, ids[main_work]), (1, ids[topic])]
+
+
+def test_head_policy_measures_only_the_head_but_keeps_the_range(client, app, db, tracked, upstream):
+    with db.session() as session:
+        for suite in session.scalars(select(Suite)):
+            suite.commit_policy = "head"
+    root = upstream.commit()
+    push(client, app, db, "0" * 40, root, [root])
+    shas = upstream.commits(4)
+    push(client, app, db, root, shas[-1], shas)
+    assert set(jobs_by_sha(db)) == {root, shas[-1]}
+    assert history(db) == [root, *shas]
+
+
+def test_default_branch_outranks_pull_requests_and_newer_commits_come_first(client, app, db, tracked, upstream):
+    root = upstream.commit()
+    push(client, app, db, "0" * 40, root, [root])
+    shas = upstream.commits(3)
+    push(client, app, db, root, shas[-1], shas)
+    upstream("checkout", "-q", "-b", "feature")
+    feature = upstream.commit()
+    post_webhook(client, "pull_request", pr_payload("opened", feature, shas[-1]))
+    process_pending(db, app.extensions["parallax.settings"])
+    with db.session() as session:
+        priority = {sha: p for sha, p in session.execute(
+            select(Commit.sha, Job.priority).join(Commit, Commit.id == Job.commit_id))}
+    assert priority[shas[2]] > priority[shas[1]] > priority[shas[0]] > priority[feature]
+
+
+def test_pull_request_opened_queues_the_head_linked_to_the_merge_base(client, app, db, tracked, upstream):
+    root = upstream.commit()
+    base = upstream.commit()
+    upstream("checkout", "-q", "-b", "changes")
+    head = upstream.commits(2)[-1]
+    upstream("checkout", "-q", "master")
+    moved_on = upstream.commit()  # the base branch moved after the pull request branched off
+    response = post_webhook(client, "pull_request", pr_payload("opened", head, moved_on))
+    assert response.status_code == 202
+    report = process_pending(db, app.extensions["parallax.settings"])
+    assert not report.failed, report.results
+    with db.session() as session:
+        pull = session.scalar(select(PullRequest))
+        assert pull.number == 2 and pull.base_branch == "master"
+        assert session.get(Commit, pull.head_commit_id).sha == head
+        assert session.get(Commit, pull.merge_base_commit_id).sha == base
+        head_jobs = list(session.scalars(select(Job).join(Commit, Commit.id == Job.commit_id)
+                                         .where(Commit.sha == head)))
+        assert len(head_jobs) == MATRIX
+        assert all(j.reason == JobReason.pull_request and j.pull_request_id == pull.id for j in head_jobs)
+    assert root not in jobs_by_sha(db)
+
+
+def test_pull_request_synchronize_moves_the_head(client, app, db, tracked, upstream):
+    upstream.commit()
+    base = upstream.commit()
+    upstream("checkout", "-q", "-b", "changes")
+    first = upstream.commit()
+    post_webhook(client, "pull_request", pr_payload("opened", first, base))
+    process_pending(db, app.extensions["parallax.settings"])
+    second = upstream.commit()
+    response = post_webhook(client, "pull_request", pr_payload("synchronize", second, base))
+    assert response.status_code == 202
+    report = process_pending(db, app.extensions["parallax.settings"])
+    assert not report.failed, report.results
+    with db.session() as session:
+        pull = session.scalar(select(PullRequest))
+        assert session.get(Commit, pull.head_commit_id).sha == second
+        assert session.get(Commit, pull.merge_base_commit_id).sha == base
+    jobs = jobs_by_sha(db)
+    assert len(jobs[first]) == MATRIX and len(jobs[second]) == MATRIX
+
+
+def test_commit_missing_from_the_repository_is_retried_then_reported(client, app, db, tracked, upstream):
+    from datetime import datetime, timezone
+
+    from app import webhooks
+    base = upstream.commit()
+    ghost = "f" * 40
+    post_webhook(client, "push", push_payload(base, ghost, [ghost]))
+    settings = app.extensions["parallax.settings"]
+    for _ in range(webhooks.MAX_ATTEMPTS):
+        report = process_pending(db, settings)
+        assert report.failed
+        with db.session() as session:  # skip the backoff wait
+            session.query(WebhookDelivery).update({"claimed_until": datetime(2000, 1, 1, tzinfo=timezone.utc)})
+    with db.session() as session:
+        delivery = session.scalar(select(WebhookDelivery))
+        assert delivery.state == "error" and ghost in delivery.result
+        assert session.scalar(select(func.count()).select_from(Job)) == 0
+
+
+def test_a_failing_delivery_holds_back_later_ones_of_its_repository(client, app, db, tracked, upstream):
+    base = upstream.commit()
+    post_webhook(client, "push", push_payload(base, "e" * 40, ["e" * 40]))
+    head = upstream.commit()
+    post_webhook(client, "push", push_payload(base, head, [head]))
+    report = process_pending(db, app.extensions["parallax.settings"])
+    assert len(report.failed) == 1 and report.processed == []
+    assert jobs_by_sha(db) == {}
+
+
+def test_concurrent_workers_process_each_delivery_once(client, app, db, tracked, upstream):
+    base = upstream.commit()
+    post_webhook(client, "push", push_payload(base, base, [base]))
+    settings = app.extensions["parallax.settings"]
+    reports = []
+
+    def work() -> None:
+        reports.append(process_pending(db, settings))
+
+    threads = [threading.Thread(target=work) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert sum(len(r.processed) for r in reports) == 1
+    with db.session() as session:
+        assert session.scalar(select(WebhookDelivery.attempts)) == 1
