@@ -17,6 +17,8 @@ def _settings() -> Any:
 
 
 def _database(settings: Any, *, check: bool = True) -> Any:
+    """The database, checked to be at head and with parallax.toml's catalogue applied."""
+    from app.catalogue import sync_catalogue
     from app.db import Database
     from app.migrate import SchemaBehind, ensure_current
     db = Database(settings.database_url)
@@ -25,6 +27,8 @@ def _database(settings: Any, *, check: bool = True) -> Any:
             ensure_current(db.engine)
         except SchemaBehind as exc:
             raise click.ClickException(str(exc)) from exc
+        with db.session() as session:
+            sync_catalogue(session, settings)
     return db
 
 
@@ -45,7 +49,7 @@ def db_upgrade(revision: str) -> None:
     from app.migrate import current_revision, upgrade
     settings = _settings()
     upgrade(settings.database_url, revision)
-    database = _database(settings, check=False)
+    database = _database(settings, check=revision == "head")
     click.echo(f"database at revision {current_revision(database.engine)}")
 
 
