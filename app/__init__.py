@@ -6,11 +6,12 @@ start on a database whose schema is behind the migrations.
 """
 from __future__ import annotations
 
-from typing import Any
-
-from flask import Flask
+from typing import TYPE_CHECKING, Any
 
 from app.config import Settings, load_settings
+
+if TYPE_CHECKING:  # imported lazily: `parallax runner` runs on boxes without Flask
+    from flask import Flask
 
 
 # Areas that register a blueprint named `bp` when their module exists.
@@ -18,6 +19,8 @@ OPTIONAL_BLUEPRINTS = ("app.webhooks", "app.series_api", "app.dashboard")
 
 
 def create_app(config: Settings | dict[str, Any] | None = None, *, check_schema: bool = True) -> Flask:
+    from flask import Flask
+
     from app import db, errors, logs
     from app.api import bp as api_bp
     from app.catalogue import sync_catalogue

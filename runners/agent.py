@@ -1,0 +1,490 @@
+"""The runner agent: registers once, then claims jobs for its platform, checks out the exact
+commit, runs the suite's command, validates and uploads the results document, and reports
+failures with the tail of the log. Shuts down cleanly on SIGTERM/SIGINT.
+
+Threads: the main thread claims and supervises one job at a time (signals land there); a
+heartbeat thread keeps the lease and hears about cancellation; a log thread ships output.
+"""
+from __future__ import annotations
+
+import fcntl
+import json
+import logging
+import os
+import re
+import signal
+import socket
+import threading
+import time
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+from runners import execute
+from runners.checkout import CheckoutError, Workspace, validate_sha
+from runners.client import Aborted, Client, LeaseLost, RetryPolicy, ServiceError, Unauthorized
+from runners.facts import REAL_PLATFORMS, Facts, detect
+from runners.results import ResultsError, loads
+
+log = logging.getLogger("parallax.runner")
+SIM_DEVICE_RE = re.compile(r"sim:[A-Za-z0-9._-]+")
+IDENTITY_FILE = "runner.json"
+LOCK_FILE = "runner.lock"
+RUNNING_FILE = "running.json"
+# Never handed to a job: the job runs code from arbitrary commits.
+SECRET_ENV = ("PARALLAX_REGISTRATION_TOKEN", "PARALLAX_RUNNER_TOKEN", "PARALLAX_ADMIN_TOKEN")
+
+
+class RunnerError(Exception):
+    """A configuration or start-up problem; the message says what to change."""
+
+
+@dataclass
+class Config:
+    server: str
+    work_dir: Path
+    registration_token: str | None = None
+    name: str = field(default_factory=socket.gethostname)
+    labels: dict[str, str] = field(default_factory=dict)
+    once: bool = False
+    sim_device: str | None = None  # "sim:<profile>", passed to jobs as PARALLAX_DEVICE
+    grace_s: float = 60.0
+    claim_wait_s: float = 10.0
+    heartbeat_s: float | None = None  # default: a third of the lease, between 1 and 30 s
+    upload_budget_s: float = 900.0
+    kill_grace_s: float = 5.0
+    retry: RetryPolicy = field(default_factory=RetryPolicy)
+
+
+@dataclass
+class Identity:
+    server: str
+    runner_id: int
+    token: str
+    name: str
+    labels: dict[str, str]
+
+
+# ---------------------------------------------------------------- start-up pieces
+
+def resolve_labels(facts: Facts, declared: dict[str, str], sim_device: str | None) -> dict[str, str]:
+    """Detected labels overlaid with the operator's. The platform must be what was detected,
+    or a simulated one (`<x>-sim`) together with the simulator's device setting."""
+    labels = facts.default_labels()
+    labels.update(declared)
+    platform = labels["platform"]
+    if sim_device is not None and SIM_DEVICE_RE.fullmatch(sim_device) is None:
+        raise RunnerError(f"simulator device setting {sim_device!r} must look like sim:<profile>")
+    if platform.endswith("-sim"):
+        if sim_device is None:
+            raise RunnerError(f"platform {platform!r} is simulated: give the simulator's device setting "
+                              "(--sim-profile PROFILE or PARALLAX_DEVICE=sim:PROFILE)")
+        for key in ("gpu", "driver"):  # the real device's labels would misdescribe a simulated one
+            if key not in declared:
+                labels.pop(key, None)
+    else:
+        if sim_device is not None:
+            raise RunnerError(f"the simulator device setting {sim_device!r} needs a simulated platform "
+                              f"(--label platform=<name>-sim), not {platform!r}")
+        if platform != facts.platform:
+            known = platform in REAL_PLATFORMS
+            raise RunnerError(f"platform {platform!r} was declared but this box was detected as "
+                              f"{facts.platform!r}" + ("" if known else f" ({platform!r} is not a known platform)")
+                              + (f"; detection note: {facts.probe_error}" if facts.probe_error else ""))
+    return labels
+
+
+def write_private(path: Path, text: str) -> None:
+    """Write a file only its owner can read (mode 0600, whatever the umask), atomically."""
+    tmp = path.with_name(path.name + ".tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    try:
+        os.fchmod(fd, 0o600)
+        os.write(fd, text.encode())
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    os.replace(tmp, path)
+
+
+def load_identity(work_dir: Path) -> Identity | None:
+    path = work_dir / IDENTITY_FILE
+    if not path.is_file():
+        return None
+    if path.stat().st_mode & 0o077:
+        log.warning("%s was readable by others; setting its mode to 0600", path)
+        os.chmod(path, 0o600)
+    try:
+        data = json.loads(path.read_text())
+        return Identity(server=data["server"], runner_id=int(data["runner_id"]), token=data["token"],
+                        name=data["name"], labels=dict(data["labels"]))
+    except (ValueError, KeyError, TypeError) as exc:
+        raise RunnerError(f"{path} is damaged ({exc}); delete it to register this runner again") from exc
+
+
+def save_identity(work_dir: Path, identity: Identity) -> None:
+    write_private(work_dir / IDENTITY_FILE, json.dumps(identity.__dict__, indent=2))
+
+
+def parse_time(value: str) -> datetime:
+    moment = datetime.fromisoformat(value.replace("Z", "+00:00"))
+    return moment if moment.tzinfo else moment.replace(tzinfo=timezone.utc)
+
+
+def kill_leftover_job(work_dir: Path) -> str | None:
+    """A runner killed mid-job may leave the job's process group behind; end it."""
+    path = work_dir / RUNNING_FILE
+    if not path.is_file():
+        return None
+    try:
+        data = json.loads(path.read_text())
+        pgid, started = int(data["pgid"]), float(data["create_time"])
+    except (ValueError, KeyError, TypeError):
+        path.unlink(missing_ok=True)
+        return None
+    note = None
+    try:
+        import psutil
+        leader = psutil.Process(pgid)
+        same = abs(leader.create_time() - started) < 1.0
+    except ImportError:
+        same = execute.group_alive(pgid)
+    except Exception:  # psutil.NoSuchProcess and friends: the leader is gone
+        same = False
+    if same:
+        execute.kill_group(pgid, None, 0.0)
+        note = f"killed the leftover process group {pgid} of job {data.get('job_id')}"
+    path.unlink(missing_ok=True)
+    return note
+
+
+# ---------------------------------------------------------------- the agent
+
+class Agent:
+    def __init__(self, config: Config, facts: Facts | None = None) -> None:
+        self.config = config
+        self.work_dir = config.work_dir.resolve()
+        self.workspace = Workspace(self.work_dir)
+        self.abort = threading.Event()  # second signal: stop retrying anything
+        self.stop_at: float | None = None  # monotonic deadline for the running job after a signal
+        self.stop_signal: str | None = None
+        self.facts = facts
+        self.client: Client | None = None
+        self.identity: Identity | None = None
+        self._lock_fd: int | None = None
+
+    # ------------------------------------------------------------ lifecycle
+
+    def stopping(self) -> bool:
+        return self.stop_at is not None
+
+    def on_signal(self, signum: int, frame: Any) -> None:
+        name = signal.Signals(signum).name
+        if self.stop_at is None:
+            self.stop_signal = name
+            self.stop_at = time.monotonic() + self.config.grace_s
+            log.info("%s received: finishing the running job within %.0f s, then exiting", name, self.config.grace_s)
+        else:
+            log.info("%s received again: handing the job back now", name)
+            self.stop_at = time.monotonic()
+            self.abort.set()
+
+    def lock_work_dir(self) -> None:
+        self.work_dir.mkdir(parents=True, exist_ok=True)
+        fd = os.open(self.work_dir / LOCK_FILE, os.O_RDWR | os.O_CREAT, 0o600)
+        try:
+            # flock dies with the process, so a crashed runner never blocks the next start.
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError as exc:
+            os.close(fd)
+            raise RunnerError(f"another runner is using the work dir {self.work_dir}") from exc
+        self._lock_fd = fd
+
+    def prepare(self) -> None:
+        """Everything before the first claim: lock, clean-up after a crash, facts, identity."""
+        self.lock_work_dir()
+        note = kill_leftover_job(self.work_dir)
+        if note:
+            log.warning("%s", note)
+        for removed in self.workspace.clean_stale():
+            log.info("removed leftover %s", removed)
+        for leftover in (self.work_dir / "results").glob("*"):
+            leftover.unlink(missing_ok=True)
+        if self.facts is None:
+            self.facts = detect()
+        labels = resolve_labels(self.facts, self.config.labels, self.config.sim_device)
+        log.info("detected %s: device=%s torch=%s cuda=%s hip=%s driver=%s cpu=%s", self.facts.platform,
+                 self.facts.device, self.facts.torch, self.facts.cuda, self.facts.hip, self.facts.driver,
+                 self.facts.cpu_model)
+        self.identity = self.register(labels)
+        self.client = Client(self.config.server, self.identity.token, retry=self.config.retry, abort=self.abort)
+        log.info("runner %d (%s) on %s, platform %s", self.identity.runner_id, self.identity.name,
+                 self.config.server, labels["platform"])
+
+    def register(self, labels: dict[str, str]) -> Identity:
+        stored = load_identity(self.work_dir)
+        server = self.config.server.rstrip("/")
+        if stored is not None and stored.server == server and stored.labels == labels \
+                and stored.name == self.config.name:
+            return stored
+        if stored is not None:
+            log.info("the stored registration (%s, %s, labels %s) differs from this start; registering anew",
+                     stored.server, stored.name, stored.labels)
+        if not self.config.registration_token:
+            raise RunnerError("this runner is not registered yet: give --registration-token "
+                              "(or PARALLAX_REGISTRATION_TOKEN) from `parallax token create`")
+        client = Client(server, retry=self.config.retry, abort=self.abort)
+        assert self.facts is not None
+        try:
+            runner_id, token = client.register(self.config.registration_token, self.config.name, labels,
+                                               self.facts.as_dict())
+        except ServiceError as exc:
+            raise RunnerError(f"registration failed: {exc}") from exc
+        identity = Identity(server=server, runner_id=runner_id, token=token, name=self.config.name, labels=labels)
+        save_identity(self.work_dir, identity)
+        log.info("registered as runner %d; token kept in %s (mode 0600)", runner_id, self.work_dir / IDENTITY_FILE)
+        return identity
+
+    def run(self) -> int:
+        """Claim and run jobs until a signal (or one job with --once). Returns the exit code."""
+        self.prepare()
+        assert self.client is not None
+        while not self.stopping():
+            try:
+                job = self.client.claim(self.config.claim_wait_s, budget_s=60.0)
+            except Unauthorized as exc:
+                raise RunnerError(f"the service refused this runner's token ({exc}); delete "
+                                  f"{self.work_dir / IDENTITY_FILE} to register again") from exc
+            except (Aborted, ServiceError) as exc:
+                if self.stopping():
+                    break
+                log.warning("claim failed: %s; trying again", exc)
+                time.sleep(self.config.retry.delay(3))
+                continue
+            if job is None:
+                continue
+            self.run_job(job)
+            if self.config.once:
+                break
+        log.info("runner stopped%s", f" ({self.stop_signal})" if self.stop_signal else "")
+        return 0
+
+    # ------------------------------------------------------------ one job
+
+    def upload_budget(self) -> float:
+        if self.stop_at is None:
+            return self.config.upload_budget_s
+        return max(5.0, self.stop_at - time.monotonic() + 10.0)
+
+    def interrupt_reason(self, job: "JobState") -> str | None:
+        if job.lease_lost.is_set():
+            return "lease_lost"
+        if job.cancel.is_set():
+            return "cancelled"
+        if self.stop_at is not None and time.monotonic() >= self.stop_at:
+            return "shutdown"
+        return None
+
+    def job_env(self, job: dict[str, Any], results_path: Path, worktree: Path) -> dict[str, str]:
+        env = {k: v for k, v in os.environ.items() if k not in SECRET_ENV}
+        env.update(PARALLAX_RESULTS=str(results_path), PARALLAX_PLATFORM=str(job["platform"]),
+                   PARALLAX_REPEATS=str(job.get("repeats", 1)), PARALLAX_JOB_ID=str(job["id"]),
+                   PARALLAX_ATTEMPT=str(job["attempt"]), PARALLAX_COMMIT=str(job["commit"]),
+                   PARALLAX_SUITE=str(job["suite"]), PARALLAX_WORKTREE=str(worktree))
+        if self.config.sim_device:
+            env["PARALLAX_DEVICE"] = self.config.sim_device
+        return env
+
+    def run_job(self, job: dict[str, Any]) -> None:
+        assert self.client is not None and self.identity is not None
+        state = JobState(job_id=int(job["id"]), attempt=int(job["attempt"]))
+        client = self.client
+        log.info("job %d attempt %d: %s %s@%s on %s", state.job_id, state.attempt, job.get("suite"),
+                 job.get("repository"), job.get("commit"), job.get("platform"))
+        heartbeat = HeartbeatThread(client, state, self.heartbeat_interval(job))
+        heartbeat.start()
+        shipper = execute.LogShipper(lambda text: client.logs(state.job_id, state.attempt, text, budget_s=60.0))
+        results_path = self.work_dir / "results" / f"job-{state.job_id}-{state.attempt}.json"
+        try:
+            shipper.write(f"[parallax-runner] runner {self.identity.runner_id} ({self.identity.name}) runs job "
+                          f"{state.job_id} attempt {state.attempt}: {job.get('suite')} at {job.get('commit')}\n")
+            verdict = self.execute_job(job, state, shipper, results_path)
+            shipper.close(timeout_s=min(30.0, self.upload_budget()))
+            self.report(job, state, verdict, shipper)
+        except Exception as exc:  # a bug must not kill a runner that has to run for weeks
+            log.exception("job %d: unexpected runner error", state.job_id)
+            shipper.close(timeout_s=5.0)
+            self.report(job, state, ("fail", f"runner error: {type(exc).__name__}: {exc}", True), shipper)
+        finally:
+            heartbeat.stop()
+            if state.worktree is not None:
+                self.workspace.release(state.mirror, state.worktree)
+            results_path.unlink(missing_ok=True)
+            (self.work_dir / RUNNING_FILE).unlink(missing_ok=True)
+
+    def heartbeat_interval(self, job: dict[str, Any]) -> float:
+        if self.config.heartbeat_s:
+            return self.config.heartbeat_s
+        try:
+            left = (parse_time(job["lease_expires_at"]) - datetime.now(timezone.utc)).total_seconds()
+        except (KeyError, ValueError, TypeError):
+            left = 30.0
+        return min(30.0, max(1.0, left / 3.0))
+
+    def execute_job(self, job: dict[str, Any], state: "JobState", shipper: execute.LogShipper,
+                    results_path: Path) -> tuple[Any, ...]:
+        """Check out, run, validate. Returns the verdict: ("complete", document bytes),
+        ("fail", reason, retryable) or ("lost",)."""
+        try:
+            sha = validate_sha(job.get("commit"))
+        except CheckoutError as exc:
+            return ("fail", str(exc), False)
+        if self.stopping():
+            return ("fail", f"handed back: runner shutting down ({self.stop_signal}) before the job started", True)
+        try:
+            argv = execute.resolve_argv(job.get("command"))  # type: ignore[arg-type]
+        except ValueError as exc:
+            return ("fail", f"bad suite command: {exc}", False)
+        try:
+            worktree = self.workspace.prepare(state.job_id, state.attempt, str(job.get("repository") or ""),
+                                              job.get("repository_url"), sha)  # type: ignore[arg-type]
+        except CheckoutError as exc:
+            shipper.write(f"[parallax-runner] checkout failed: {exc}\n")
+            return ("fail", f"checkout failed: {exc}", exc.retryable)
+        state.worktree = worktree
+        state.mirror = self.workspace.mirror_path(str(job.get("repository") or ""), job["repository_url"])
+        shipper.write(f"[parallax-runner] checked out {sha} in {worktree}\n")
+        if self.stopping():
+            return ("fail", f"handed back: runner shutting down ({self.stop_signal}) before the job started", True)
+        results_path.parent.mkdir(parents=True, exist_ok=True)
+        results_path.unlink(missing_ok=True)
+        timeout_s = float(job.get("timeout_s") or 1800)
+
+        def started(proc: Any) -> None:
+            record = {"pgid": proc.pid, "job_id": state.job_id, "attempt": state.attempt,
+                      "create_time": _create_time(proc.pid)}
+            write_private(self.work_dir / RUNNING_FILE, json.dumps(record))
+
+        outcome = execute.run(argv, cwd=worktree, env=self.job_env(job, results_path, worktree), timeout_s=timeout_s,
+                              output=shipper.write, interrupt=lambda: self.interrupt_reason(state),
+                              kill_grace_s=self.config.kill_grace_s, on_start=started)
+        shipper.write(f"\n[parallax-runner] command ended after {outcome.duration_s:.1f} s: "
+                      f"{outcome.stopped_by or f'exit status {outcome.exit_code}'}\n")
+        return self.verdict(job, outcome, results_path, timeout_s, shipper)
+
+    def verdict(self, job: dict[str, Any], outcome: execute.Outcome, results_path: Path, timeout_s: float,
+                shipper: execute.LogShipper) -> tuple[Any, ...]:
+        tail = shipper.tail_text()
+        with_tail = f"\n--- last lines of the log ---\n{tail}" if tail.strip() else ""
+        if outcome.stopped_by == "lease_lost":
+            return ("lost",)
+        if outcome.stopped_by == "cancelled":
+            return ("fail", "cancelled by the service", False)
+        if outcome.stopped_by == "shutdown":
+            return ("fail", f"handed back: runner shutting down ({self.stop_signal}); the job did not finish "
+                            f"within the {self.config.grace_s:.0f} s grace period", True)
+        if outcome.stopped_by == "timeout":
+            return ("fail", f"timeout: the command ran longer than {timeout_s:.0f} s; its process group was "
+                            f"killed{with_tail}", False)
+        if outcome.exit_code != 0:
+            code = outcome.exit_code
+            # Killed by a signal (OOM killer, a reboot) is worth another try; a non-zero exit is not.
+            described = f"was killed by signal {-code}" if code is not None and code < 0 else f"exited with status {code}"
+            return ("fail", f"command {described}{with_tail}", code is not None and code < 0)
+        if not results_path.is_file():
+            return ("fail", f"command exited 0 but wrote no results document to $PARALLAX_RESULTS{with_tail}", False)
+        raw = results_path.read_bytes()
+        try:
+            document = loads(raw)
+        except ResultsError as exc:
+            return ("fail", f"invalid results document: {exc}", False)
+        if document.suite != job.get("suite"):
+            return ("fail", f"invalid results document: suite is {document.suite!r} but the job runs "
+                            f"{job.get('suite')!r}", False)
+        simulated_platform = str(job.get("platform", "")).endswith("-sim") or self.config.sim_device is not None
+        if simulated_platform and document.environment.get("simulated") is not True:
+            return ("fail", f"invalid results document: environment.simulated must be true on the simulated "
+                            f"platform {job.get('platform')!r}; simulated numbers are never reported as measured", False)
+        if not simulated_platform and document.simulated:
+            return ("fail", f"invalid results document: environment.simulated is true but platform "
+                            f"{job.get('platform')!r} is a real one", False)
+        return ("complete", raw)
+
+    def report(self, job: dict[str, Any], state: "JobState", verdict: tuple[Any, ...],
+               shipper: execute.LogShipper) -> None:
+        assert self.client is not None
+        kind = verdict[0]
+        try:
+            if kind == "lost":
+                log.warning("job %d: lease lost; another runner may have it, nothing reported", state.job_id)
+            elif kind == "complete":
+                status = self.client.complete(state.job_id, state.attempt, verdict[1], budget_s=self.upload_budget())
+                log.info("job %d: results stored (%s)", state.job_id,
+                         "new" if status == 201 else "already stored; retry acknowledged")
+            else:
+                reason, retryable = verdict[1], verdict[2]
+                answer = self.client.fail(state.job_id, state.attempt, reason, retryable,
+                                          budget_s=self.upload_budget())
+                log.info("job %d: reported failure (%s; job now %s): %s", state.job_id,
+                         "retryable" if retryable else "final", answer.get("state"), reason.splitlines()[0])
+        except LeaseLost as exc:
+            log.warning("job %d: %s", state.job_id, exc)
+        except ServiceError as exc:
+            if kind == "complete" and exc.status == 422:
+                # The service's rules refused what local validation let through (e.g. its size limit).
+                self.report(job, state, ("fail", f"the service refused the results document: {exc}", False), shipper)
+                return
+            log.error("job %d: could not report %s: %s (the lease will expire and the job be retried)",
+                      state.job_id, kind, exc)
+
+
+def _create_time(pid: int) -> float:
+    try:
+        import psutil
+        return psutil.Process(pid).create_time()
+    except Exception:  # psutil missing or the process already gone
+        return 0.0
+
+
+@dataclass
+class JobState:
+    job_id: int
+    attempt: int
+    cancel: threading.Event = field(default_factory=threading.Event)
+    lease_lost: threading.Event = field(default_factory=threading.Event)
+    worktree: Path | None = None
+    mirror: Path | None = None
+
+
+class HeartbeatThread(threading.Thread):
+    """Renews the lease every `interval_s`; learns about cancellation and lost leases."""
+
+    def __init__(self, client: Client, state: JobState, interval_s: float) -> None:
+        super().__init__(name=f"heartbeat-{state.job_id}", daemon=True)
+        self.client = client
+        self.state = state
+        self.interval_s = interval_s
+        self.done = threading.Event()
+
+    def run(self) -> None:
+        while not self.done.wait(self.interval_s):
+            try:
+                reply = self.client.heartbeat(self.state.job_id, self.state.attempt,
+                                              budget_s=max(self.interval_s, 5.0))
+            except LeaseLost as exc:
+                if not self.done.is_set():
+                    log.warning("job %d: %s", self.state.job_id, exc)
+                    self.state.lease_lost.set()
+                return
+            except ServiceError as exc:
+                if not self.done.is_set():
+                    log.warning("job %d: heartbeat failed: %s", self.state.job_id, exc)
+                continue
+            if reply.cancel and not self.state.cancel.is_set():
+                log.info("job %d: the service asked to cancel", self.state.job_id)
+                self.state.cancel.set()
+
+    def stop(self) -> None:
+        self.done.set()
+        self.join(5.0)

@@ -1,0 +1,76 @@
+"""`parallax runner`: the agent's command line. Imports only the runner side (click, requests),
+so it works on a GPU box without Flask or a database driver."""
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import sys
+from pathlib import Path
+
+import click
+
+
+def _parse_labels(values: tuple[str, ...]) -> dict[str, str]:
+    labels: dict[str, str] = {}
+    for value in values:
+        key, sep, val = value.partition("=")
+        if not sep or not key.strip() or not val.strip():
+            raise click.BadParameter(f"expected key=value, got {value!r}", param_hint="--label")
+        labels[key.strip()] = val.strip()
+    return labels
+
+
+@click.command("runner")
+@click.option("--server", required=True, envvar="PARALLAX_SERVER", help="service URL, e.g. https://parallax.example")
+@click.option("--registration-token", envvar="PARALLAX_REGISTRATION_TOKEN", default=None,
+              help="from `parallax token create`; needed only for the first start (env PARALLAX_REGISTRATION_TOKEN)")
+@click.option("--name", default=None, help="runner name (default: the host name)")
+@click.option("--label", "labels", multiple=True, metavar="KEY=VALUE",
+              help="label (repeatable); platform defaults to the detected cuda/rocm/cpu")
+@click.option("--work-dir", default="var/runner", show_default=True, type=click.Path(file_okay=False),
+              help="mirrors, worktrees and the runner's token (mode 0600)")
+@click.option("--once", is_flag=True, help="run one job, then exit")
+@click.option("--sim-profile", default=None,
+              help="simulator profile; sets PARALLAX_DEVICE=sim:PROFILE for jobs (needs platform=<x>-sim)")
+@click.option("--grace", "grace_s", default=60.0, show_default=True, type=float,
+              help="seconds a running job may take to finish after SIGTERM/SIGINT before it is handed back")
+@click.option("--poll", "claim_wait_s", default=10.0, show_default=True, type=float,
+              help="long-poll seconds per claim")
+@click.option("--heartbeat", "heartbeat_s", default=None, type=float,
+              help="heartbeat interval in seconds (default: a third of the lease, 1-30 s)")
+@click.option("--upload-retry", "upload_budget_s", default=900.0, show_default=True, type=float,
+              help="seconds to keep retrying an upload through an outage")
+@click.option("--kill-grace", "kill_grace_s", default=5.0, show_default=True, type=float,
+              help="seconds between SIGTERM and SIGKILL when a job's process group is stopped")
+@click.option("-v", "--verbose", is_flag=True, help="debug logging")
+def runner(server: str, registration_token: str | None, name: str | None, labels: tuple[str, ...],
+           work_dir: str, once: bool, sim_profile: str | None, grace_s: float, claim_wait_s: float,
+           heartbeat_s: float | None, upload_budget_s: float, kill_grace_s: float, verbose: bool) -> None:
+    """Run jobs for the service at --server on this machine (CUDA, ROCm, CPU or simulated)."""
+    from runners.agent import Agent, Config, RunnerError
+    logging.basicConfig(level=logging.DEBUG if verbose else logging.INFO, stream=sys.stderr,
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    logging.getLogger("urllib3").setLevel(logging.WARNING)
+    sim_device = os.environ.get("PARALLAX_DEVICE") or None
+    if sim_profile is not None:
+        sim_device = f"sim:{sim_profile}"
+    elif sim_device is not None and not sim_device.startswith("sim:"):
+        sim_device = None  # a real device selection (e.g. cuda:1) is not the simulator setting
+    config = Config(server=server.rstrip("/"), work_dir=Path(work_dir), registration_token=registration_token,
+                    labels=_parse_labels(labels), once=once, sim_device=sim_device, grace_s=grace_s,
+                    claim_wait_s=claim_wait_s, heartbeat_s=heartbeat_s, upload_budget_s=upload_budget_s,
+                    kill_grace_s=kill_grace_s)
+    if name:
+        config.name = name
+    agent = Agent(config)
+    signal.signal(signal.SIGTERM, agent.on_signal)
+    signal.signal(signal.SIGINT, agent.on_signal)
+    try:
+        code = agent.run()
+    except RunnerError as exc:
+        raise click.ClickException(str(exc)) from exc
+    sys.exit(code)
+
+
+COMMANDS = [runner]

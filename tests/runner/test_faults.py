@@ -1,0 +1,142 @@
+"""Faults the runner must survive: outages, hanging and broken commands, crashes, shutdown,
+cancellation. SQLite only (the core flow covers PostgreSQL too)."""
+from __future__ import annotations
+
+import signal
+import time
+
+from tests.runner.conftest import Harness, pid_alive, wait_for
+
+
+def test_server_down_for_10_s_mid_job_the_result_lands_once(make_harness, sqlite_url):
+    h: Harness = make_harness(sqlite_url, lease_s=30)  # the lease outlives the outage
+    job_id = h.enqueue(h.shas[0])
+    proc = h.start_runner("r1", "--once", mode="block")
+    h.marker("started")
+    h.server.stop()
+    (h.control / "release").touch()  # the job finishes while the service is unreachable
+    time.sleep(10)
+    h.server.start()
+    assert h.wait_exit(proc, 90) == 0, h.runner_log(proc)
+
+    job = h.job(job_id)
+    assert job["state"] == "succeeded" and job["attempt"] == 1
+    assert len(h.runs(job_id)) == 1
+    log = h.runner_log(proc)
+    assert "failed (ConnectionError" in log and "retry" in log  # it did meet the outage
+    assert "results stored" in log
+
+
+def test_a_hanging_command_is_killed_with_its_children_and_fails_with_timeout(make_harness, sqlite_url):
+    h: Harness = make_harness(sqlite_url, timeout_s=2)
+    job_id = h.enqueue(h.shas[0])
+    proc = h.start_runner("r1", "--once", mode="hang")
+    started = h.marker("started")
+    job = h.wait_job(job_id, ("failed", "queued"), proc=proc)
+    assert job["state"] == "failed"
+    assert job["failure_reason"].split(":")[0] == "timeout"
+    wait_for(lambda: not pid_alive(started["pid"]) and not pid_alive(started["child"]), 10,
+             "the command and its child to be gone")
+    assert h.wait_exit(proc) == 0
+
+
+def test_a_document_with_nan_fails_local_validation_and_nothing_is_stored(harness: Harness):
+    job_id = harness.enqueue(harness.shas[0])
+    proc = harness.start_runner("r1", "--once", mode="nan")
+    job = harness.wait_job(job_id, ("failed",), proc=proc)
+    assert job["failure_reason"].startswith("invalid results document:")
+    assert "NaN" in job["failure_reason"]
+    assert harness.runs(job_id) == []
+    assert harness.wait_exit(proc) == 0
+
+
+def test_a_non_zero_exit_fails_the_job_with_the_tail_of_its_log(harness: Harness):
+    job_id = harness.enqueue(harness.shas[0])
+    proc = harness.start_runner("r1", "--once", mode="exit3")
+    job = harness.wait_job(job_id, ("failed",), proc=proc)
+    assert job["failure_reason"].startswith("command exited with status 3")
+    assert "something went wrong in the engine" in job["failure_reason"]
+    assert "something went wrong in the engine" in job["log"]
+    assert harness.wait_exit(proc) == 0
+
+
+def test_a_command_that_writes_no_document_fails_the_job(harness: Harness):
+    job_id = harness.enqueue(harness.shas[0])
+    proc = harness.start_runner("r1", "--once", mode="silent")
+    job = harness.wait_job(job_id, ("failed",), proc=proc)
+    assert "wrote no results document" in job["failure_reason"]
+    assert harness.wait_exit(proc) == 0
+
+
+def test_sigkill_mid_job_the_lease_expires_and_another_runner_completes_it(harness: Harness):
+    job_id = harness.enqueue(harness.shas[0])
+    first = harness.start_runner("r1", mode="block")
+    started = harness.marker("started")
+    first.send_signal(signal.SIGKILL)
+    first.wait(10)
+    # The job's process dies with its runner instead of holding the machine.
+    wait_for(lambda: not pid_alive(started["pid"]), 10, "the orphaned job to die")
+
+    second = harness.start_runner("r2", "--once", mode="ok")
+    job = harness.wait_job(job_id, ("succeeded", "failed"), proc=second)
+    assert job["state"] == "succeeded" and job["attempt"] == 2
+    [run] = harness.runs(job_id)
+    assert run["attempt"] == 2 and run["runner_id"] == harness.runner_ids()["r2"]
+    assert harness.wait_exit(second) == 0
+
+
+def test_after_a_crash_the_same_work_dir_starts_again_and_cleans_up(harness: Harness):
+    job_id = harness.enqueue(harness.shas[0])
+    first = harness.start_runner("r1", mode="block")
+    harness.marker("started")
+    worktrees = harness.tmp_path / "work-r1" / "worktrees"
+    assert len(list(worktrees.iterdir())) == 1
+    first.send_signal(signal.SIGKILL)
+    first.wait(10)
+
+    again = harness.start_runner("r1", "--once", mode="ok", register=False)
+    job = harness.wait_job(job_id, ("succeeded", "failed"), proc=again)
+    assert job["state"] == "succeeded" and job["attempt"] == 2
+    assert harness.wait_exit(again) == 0
+    assert "removed leftover" in harness.runner_log(again)
+    assert list(worktrees.iterdir()) == []
+
+
+def test_sigterm_during_a_job_hands_it_back_and_exits_0(harness: Harness):
+    job_id = harness.enqueue(harness.shas[0])
+    proc = harness.start_runner("r1", "--grace", "1", mode="block")
+    started = harness.marker("started")
+    proc.send_signal(signal.SIGTERM)
+    assert harness.wait_exit(proc, 30) == 0, harness.runner_log(proc)
+    job = harness.job(job_id)
+    assert job["state"] == "queued" and job["attempt"] == 2  # back in the queue for another runner
+    assert job["failure_reason"].startswith("handed back: runner shutting down (SIGTERM)")
+    assert not pid_alive(started["pid"])  # the command ignores SIGTERM; the runner escalated
+    assert harness.runs(job_id) == []
+
+
+def test_sigterm_lets_a_job_finish_within_the_grace_period(harness: Harness):
+    job_id = harness.enqueue(harness.shas[0])
+    proc = harness.start_runner("r1", "--grace", "60", mode="block")
+    harness.marker("started")
+    proc.send_signal(signal.SIGTERM)
+    time.sleep(1)
+    (harness.control / "release").touch()
+    assert harness.wait_exit(proc, 30) == 0, harness.runner_log(proc)
+    job = harness.job(job_id)
+    assert job["state"] == "succeeded" and job["attempt"] == 1
+    assert len(harness.runs(job_id)) == 1
+
+
+def test_cancel_from_the_service_stops_the_command_promptly(harness: Harness):
+    from app import queue
+    from app.models import Job
+    job_id = harness.enqueue(harness.shas[0])
+    proc = harness.start_runner("r1", "--once", mode="block")
+    started = harness.marker("started")
+    with harness.db.session() as session:
+        queue.request_cancel(session, session.get(Job, job_id))
+    job = harness.wait_job(job_id, ("failed",), timeout_s=20, proc=proc)
+    assert job["failure_reason"] == "cancelled by the service"
+    assert not pid_alive(started["pid"])
+    assert harness.wait_exit(proc) == 0
