@@ -1,0 +1,188 @@
+"""Requests and schedule batches: prepare extend / decode, filter finished, merge, retract, finish checks."""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+
+import torch
+
+from scheduler_core.model.llama import ForwardBatch
+from scheduler_core.model.tokenizer import TextTokenizer
+from scheduler_core.pools import Pools
+from scheduler_core.radix_cache import TreeNode
+from scheduler_core.sampling import SamplingParams
+
+
+@dataclass(frozen=True)
+class FinishReason:
+    kind: str  # "abort" | "stop_str" | "stop_token" | "length"
+    matched: str | int | None = None
+    message: str | None = None
+
+
+@dataclass(eq=False)
+class Req:
+    rid: int
+    input_ids: list[int]
+    sampling: SamplingParams
+    prompt: str | None = None
+    output_ids: list[int] = field(default_factory=list)
+    margins: list[float] = field(default_factory=list)  # top-1 minus top-2 logit, per output token
+    finish_reason: FinishReason | None = None
+    to_abort: str | None = None  # set from outside; honoured at the next finish check
+    generator: torch.Generator | None = None
+    # Memory state: the row in ReqToTokenPool, how many positions have KV, how many of those
+    # belong to the prefix cache (locked through last_node).
+    req_pool_idx: int | None = None
+    kv_len: int = 0
+    tree_len: int = 0
+    last_node: TreeNode | None = None
+    extend_len: int = 0  # new tokens in the current extend step
+    cached_tokens: int = 0  # prefix-cache hits over the request's life
+    retractions: int = 0
+    text: str = ""
+    arrival: float = field(default_factory=time.perf_counter)
+    token_times: list[float] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        if self.sampling.seed is not None:
+            self.generator = torch.Generator().manual_seed(self.sampling.seed)
+
+    @property
+    def fill_ids(self) -> list[int]:
+        return self.input_ids + self.output_ids
+
+    @property
+    def seq_len(self) -> int:
+        return len(self.input_ids) + len(self.output_ids)
+
+    @property
+    def finished(self) -> bool:
+        return self.finish_reason is not None
+
+    @property
+    def prefill_done(self) -> bool:
+        """All tokens but the last fed one have KV: the request decodes from here."""
+        return self.kv_len >= self.seq_len
+
+    def remaining_new_tokens(self) -> int:
+        return max(self.sampling.max_new_tokens - len(self.output_ids), 0)
+
+    def check_finished(self, tokenizer: TextTokenizer, max_context: int) -> None:
+        """Priority: abort, stop string, stop token / EOS, max new tokens (then the context limit)."""
+        if self.finished:
+            return
+        if self.to_abort is not None:
+            self.finish_reason = FinishReason("abort", message=self.to_abort)
+            return
+        if not self.output_ids:
+            return
+        if self.sampling.stop:
+            text = tokenizer.decode(self.output_ids)
+            hits = [(text.find(s), s) for s in self.sampling.stop if s in text]
+            if hits:
+                pos, matched = min(hits)
+                self.text = text[:pos]
+                self.finish_reason = FinishReason("stop_str", matched=matched)
+                return
+        last = self.output_ids[-1]
+        if last in self.sampling.stop_token_ids or (
+                not self.sampling.ignore_eos and last == tokenizer.eos_token_id):
+            self.finish_reason = FinishReason("stop_token", matched=last)
+        elif len(self.output_ids) >= self.sampling.max_new_tokens:
+            self.finish_reason = FinishReason("length", matched=self.sampling.max_new_tokens)
+        elif self.seq_len >= max_context:
+            self.finish_reason = FinishReason("length", message=f"reached the model context of {max_context}")
+
+
+def release(req: Req, pools: Pools, cache: bool) -> None:
+    """Give back the request's row and KV slots. With cache=True its computed KV goes into the prefix
+    cache (duplicates of already-cached tokens are freed); otherwise all its own slots are freed."""
+    if req.req_pool_idx is None:
+        return
+    slots = pools.req_to_token.req_to_token[req.req_pool_idx, : req.kv_len].clone()
+    if cache and not pools.tree.disabled:
+        cached = pools.tree.insert(req.fill_ids[: req.kv_len], slots)
+        pools.allocator.free(slots[req.tree_len: cached])
+    else:
+        pools.allocator.free(slots[req.tree_len:])
+    if req.last_node is not None:
+        pools.tree.dec_lock_ref(req.last_node)
+    pools.req_to_token.free(req.req_pool_idx)
+    req.req_pool_idx, req.kv_len, req.tree_len, req.last_node = None, 0, 0, None
+
+
+@dataclass
+class ScheduleBatch:
+    reqs: list[Req]
+    mode: str = "decode"  # "extend" | "decode"
+
+    def is_empty(self) -> bool:
+        return not self.reqs
+
+    def __len__(self) -> int:
+        return len(self.reqs)
+
+    def prepare_for_extend(self, pools: Pools, device: torch.device) -> ForwardBatch:
+        self.mode = "extend"
+        table = pools.req_to_token.req_to_token
+        out_loc = pools.alloc_tokens(sum(r.extend_len for r in self.reqs))
+        input_ids: list[int] = []
+        kv_slots: list[torch.Tensor] = []
+        offset = 0
+        for r in self.reqs:
+            n = r.extend_len
+            table[r.req_pool_idx, r.kv_len: r.kv_len + n] = out_loc[offset: offset + n]
+            offset += n
+            input_ids += r.fill_ids[r.kv_len: r.kv_len + n]
+            kv_slots.append(table[r.req_pool_idx, : r.kv_len + n])
+        batch = ForwardBatch.build(input_ids, [r.kv_len for r in self.reqs], [r.extend_len for r in self.reqs],
+                                   kv_slots, out_loc, device)
+        for r in self.reqs:
+            r.kv_len += r.extend_len
+        return batch
+
+    def prepare_for_decode(self, pools: Pools, device: torch.device) -> ForwardBatch:
+        self.mode = "decode"
+        table = pools.req_to_token.req_to_token
+        out_loc = pools.alloc_tokens(len(self.reqs))
+        rows = torch.tensor([r.req_pool_idx for r in self.reqs])
+        positions = torch.tensor([r.kv_len for r in self.reqs])
+        table[rows, positions] = out_loc
+        kv_lens = positions + 1
+        max_kv = int(kv_lens.max())
+        kv_indices = table[rows, :max_kv]
+        mask = torch.arange(max_kv)[None, :] < kv_lens[:, None]
+        batch = ForwardBatch(
+            input_ids=torch.tensor([r.output_ids[-1] for r in self.reqs], device=device),
+            positions=positions.to(device), out_cache_loc=out_loc.to(device),
+            kv_indices=kv_indices.to(device), attn_mask=mask[:, None, None, :].to(device),
+            pad_index=torch.arange(len(self.reqs), device=device),
+            logits_index=torch.arange(len(self.reqs), device=device), max_q=1)
+        for r in self.reqs:
+            r.kv_len += 1
+        return batch
+
+    def filter_finished(self) -> None:
+        self.reqs = [r for r in self.reqs if not r.finished]
+
+    def merge(self, other: "ScheduleBatch") -> None:
+        self.reqs.extend(other.reqs)
+
+    def decode_tokens_needed(self) -> int:
+        return len(self.reqs)
+
+    def retract_decode(self, pools: Pools) -> list[Req]:
+        """Retract requests until the rest can decode one step; returns the retracted ones, whose
+        KV is freed and who keep their output so far (recomputed on re-admission)."""
+        # Retract the requests that made the least progress first (they lose the least work).
+        order = sorted(self.reqs, key=lambda r: (len(r.output_ids), -len(r.input_ids)), reverse=True)
+        retracted: list[Req] = []
+        while len(order) > 1 and not pools.can_alloc(len(order)):
+            req = order.pop()
+            release(req, pools, cache=False)
+            req.retractions += 1
+            retracted.append(req)
+        keep = set(map(id, order))
+        self.reqs = [r for r in self.reqs if id(r) in keep]
+        return retracted

@@ -1,0 +1,134 @@
+"""Offline engine API: `Engine(...).generate(prompts, sampling_params)` → token ids, text, finish reason, timings."""
+from __future__ import annotations
+
+import itertools
+import time
+from dataclasses import dataclass, field
+from typing import Callable, Sequence
+
+import torch
+
+from scheduler_core.batch import FinishReason, Req
+from scheduler_core.model.loader import load_model
+from scheduler_core.policy import POLICIES
+from scheduler_core.sampling import SamplingParams
+from scheduler_core.scheduler import Scheduler, SchedulerConfig
+
+
+@dataclass
+class GenerateOutput:
+    index: int  # position in the prompts list
+    prompt_ids: list[int]
+    output_ids: list[int]
+    text: str
+    finish_reason: FinishReason
+    error: str | None = None  # set when the request was refused; the others still run
+    ttft_s: float | None = None
+    itl_s: list[float] = field(default_factory=list)
+    margins: list[float] = field(default_factory=list)
+    cached_tokens: int = 0
+    retractions: int = 0
+
+
+class Engine:
+    def __init__(self, model: str = "smollm2-135m", device: str = "cpu", max_running_requests: int = 32,
+                 kv_tokens: int = 16384, chunked_prefill_size: int | None = 1024, max_prefill_tokens: int = 4096,
+                 schedule_policy: str = "fcfs", enable_radix_cache: bool = True,
+                 dtype: torch.dtype = torch.float32, seed: int = 0, check_invariants: bool = True,
+                 num_threads: int | None = None) -> None:
+        if schedule_policy not in POLICIES:
+            raise ValueError(f"unknown schedule_policy {schedule_policy!r}; expected one of {', '.join(POLICIES)}")
+        if max_running_requests <= 0 or kv_tokens <= 0:
+            raise ValueError("max_running_requests and kv_tokens must be positive")
+        if chunked_prefill_size is not None and chunked_prefill_size <= 0:
+            raise ValueError("chunked_prefill_size must be positive or None")
+        if num_threads is not None:
+            # On a shared CPU, fewer intra-op threads than cores avoids OpenMP spin-wait stalls.
+            torch.set_num_threads(num_threads)
+        self.model_name = model
+        self.device = torch.device(device)
+        self.loaded = load_model(model, self.device, dtype, seed)
+        self.tokenizer = self.loaded.tokenizer
+        self.config = SchedulerConfig(
+            max_running_requests=max_running_requests, kv_tokens=kv_tokens,
+            chunked_prefill_size=chunked_prefill_size, max_prefill_tokens=max_prefill_tokens,
+            schedule_policy=schedule_policy, enable_radix_cache=enable_radix_cache)
+        self.scheduler = Scheduler(self.loaded, self.config, self.device)
+        self.check_invariants = check_invariants
+        self._rids = itertools.count()
+
+    def settings(self) -> dict[str, object]:
+        """Engine settings, for a results document's context."""
+        c = self.config
+        return {"model": self.model_name, "model_name": self.loaded.config.name,
+                "max_running_requests": c.max_running_requests, "kv_tokens": c.kv_tokens,
+                "chunked_prefill_size": c.chunked_prefill_size, "max_prefill_tokens": c.max_prefill_tokens,
+                "schedule_policy": c.schedule_policy, "radix_cache": c.enable_radix_cache,
+                "device": str(self.device), "dtype": str(next(self.loaded.model.parameters()).dtype),
+                "overlap": False, "num_threads": torch.get_num_threads()}
+
+    def validate(self, prompt_ids: list[int], params: SamplingParams) -> None:
+        """Raises ValueError naming the problem with one request."""
+        if not prompt_ids:
+            raise ValueError("empty prompt: a request needs at least one prompt token")
+        context = self.loaded.config.max_context
+        if len(prompt_ids) >= context:
+            raise ValueError(f"prompt has {len(prompt_ids)} tokens, longer than the model context of {context} "
+                             "(at least one token must be left to generate)")
+        if len(prompt_ids) >= self.config.kv_tokens:
+            raise ValueError(f"prompt has {len(prompt_ids)} tokens, more than the KV pool of "
+                             f"{self.config.kv_tokens} slots")
+        vocab = self.loaded.config.vocab_size
+        if any(not 0 <= t < vocab for t in prompt_ids):
+            raise ValueError(f"prompt token ids must be in [0, {vocab})")
+        params.validate()
+
+    def generate(self, prompts: Sequence[str] | Sequence[list[int]],
+                 sampling_params: SamplingParams | Sequence[SamplingParams] | None = None,
+                 on_finish: Callable[[GenerateOutput], None] | None = None) -> list[GenerateOutput]:
+        """Run all prompts through continuous batching. Bad requests come back with `error` set and
+        finish reason "abort"; the rest are served normally."""
+        if isinstance(prompts, str):
+            raise TypeError("prompts must be a list of strings or of token-id lists, not one string")
+        if sampling_params is None or isinstance(sampling_params, SamplingParams):
+            params = [sampling_params or SamplingParams()] * len(prompts)
+        else:
+            params = list(sampling_params)
+            if len(params) != len(prompts):
+                raise ValueError(f"{len(prompts)} prompts but {len(params)} sampling params")
+        outputs: list[GenerateOutput | None] = [None] * len(prompts)
+        index: dict[int, int] = {}
+        start = time.perf_counter()
+        for i, (prompt, p) in enumerate(zip(prompts, params)):
+            ids = self.tokenizer.encode(prompt) if isinstance(prompt, str) else list(prompt)
+            try:
+                self.validate(ids, p)
+            except ValueError as exc:
+                outputs[i] = GenerateOutput(i, ids, [], "", FinishReason("abort", message=str(exc)), error=str(exc))
+                continue
+            req = Req(rid=next(self._rids), input_ids=ids, sampling=p,
+                      prompt=prompt if isinstance(prompt, str) else None, arrival=start)
+            index[req.rid] = i
+            self.scheduler.add_request(req)
+
+        def finished(req: Req) -> None:
+            out = self._output(index[req.rid], req)
+            outputs[index[req.rid]] = out
+            if on_finish is not None:
+                on_finish(out)
+
+        self.scheduler.event_loop_normal(finished)
+        if self.check_invariants:
+            self.scheduler.pools.check_idle_invariant()
+        return [o for o in outputs if o is not None]
+
+    @staticmethod
+    def _output(i: int, req: Req) -> GenerateOutput:
+        times = req.token_times
+        return GenerateOutput(
+            index=i, prompt_ids=req.input_ids, output_ids=list(req.output_ids), text=req.text,
+            finish_reason=req.finish_reason,
+            error=req.finish_reason.message if req.finish_reason.kind == "abort" else None,
+            ttft_s=times[0] - req.arrival if times else None,
+            itl_s=[b - a for a, b in zip(times, times[1:])], margins=list(req.margins),
+            cached_tokens=req.cached_tokens, retractions=req.retractions)

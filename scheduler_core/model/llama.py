@@ -1,0 +1,200 @@
+"""Llama-architecture decoder in plain PyTorch: batched extend (prefill) and decode over a paged KV cache.
+
+Tokens of all requests in a batch are flattened into one ragged row list; attention gathers each
+request's KV slots into a padded [batch, kv_len] view and masks the padding.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from scheduler_core.model.config import ModelConfig
+
+
+@dataclass
+class ForwardBatch:
+    """Everything one forward pass needs, already on the model's device."""
+
+    input_ids: torch.Tensor  # [T] flattened new tokens of all requests
+    positions: torch.Tensor  # [T]
+    out_cache_loc: torch.Tensor  # [T] KV slot written for each new token
+    kv_indices: torch.Tensor  # [B, max_kv] KV slots of each request (padding points at slot 0)
+    attn_mask: torch.Tensor  # [B, 1, max_q, max_kv] True where a query may attend
+    pad_index: torch.Tensor  # [T] row of each token in the padded [B * max_q] layout
+    logits_index: torch.Tensor  # [N] token rows whose logits are returned
+    max_q: int
+
+    @property
+    def batch_size(self) -> int:
+        return self.kv_indices.shape[0]
+
+    @classmethod
+    def build(cls, input_ids: list[int], prefix_lens: list[int], extend_lens: list[int],
+              kv_slots: list[torch.Tensor], out_cache_loc: torch.Tensor, device: torch.device,
+              all_logits: bool = False) -> "ForwardBatch":
+        """`kv_slots[i]` holds all KV slots of request i (prefix + new tokens), in position order."""
+        batch = len(extend_lens)
+        max_q = max(extend_lens)
+        kv_lens = [p + e for p, e in zip(prefix_lens, extend_lens)]
+        max_kv = max(kv_lens)
+        kv_indices = torch.zeros((batch, max_kv), dtype=torch.int64)
+        positions: list[torch.Tensor] = []
+        pad_index: list[torch.Tensor] = []
+        for i, (slots, p, e) in enumerate(zip(kv_slots, prefix_lens, extend_lens)):
+            kv_indices[i, : p + e] = slots
+            positions.append(torch.arange(p, p + e))
+            pad_index.append(torch.arange(i * max_q, i * max_q + e))
+        prefix = torch.tensor(prefix_lens)
+        kv_len = torch.tensor(kv_lens)
+        q_pos = torch.arange(max_q)
+        k_pos = torch.arange(max_kv)
+        # Key j is visible to query i when it is a real key and not in the query's future.
+        # Padded query rows still see key 0, so softmax never meets an all-masked row.
+        mask = (k_pos[None, None, :] < kv_len[:, None, None]) & (
+            k_pos[None, None, :] <= (prefix[:, None, None] + q_pos[None, :, None]))
+        ends = torch.tensor(extend_lens).cumsum(0)
+        logits_index = torch.arange(int(ends[-1])) if all_logits else ends - 1
+        return cls(
+            input_ids=torch.tensor(input_ids, dtype=torch.int64, device=device),
+            positions=torch.cat(positions).to(device),
+            out_cache_loc=out_cache_loc.to(device),
+            kv_indices=kv_indices.to(device),
+            attn_mask=mask[:, None].to(device),
+            pad_index=torch.cat(pad_index).to(device),
+            logits_index=logits_index.to(device),
+            max_q=max_q,
+        )
+
+
+class KVCache:
+    """One K and one V buffer per layer, indexed by token slot. Slot 0 is a padding slot never allocated."""
+
+    def __init__(self, config: ModelConfig, num_slots: int, dtype: torch.dtype, device: torch.device) -> None:
+        shape = (config.num_layers, num_slots + 1, config.num_kv_heads, config.head_dim)
+        self.k = torch.zeros(shape, dtype=dtype, device=device)
+        self.v = torch.zeros(shape, dtype=dtype, device=device)
+        self.num_slots = num_slots
+
+
+class RMSNorm(nn.Module):
+    def __init__(self, dim: int, eps: float) -> None:
+        super().__init__()
+        self.weight = nn.Parameter(torch.ones(dim))
+        self.eps = eps
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x32 = x.float()
+        x32 = x32 * torch.rsqrt(x32.pow(2).mean(-1, keepdim=True) + self.eps)
+        return self.weight * x32.to(x.dtype)
+
+
+class Rotary(nn.Module):
+    """Rotary embeddings in the Hugging Face (rotate-half) layout, cos/sin cached per position."""
+
+    def __init__(self, head_dim: int, base: float, max_positions: int) -> None:
+        super().__init__()
+        inv_freq = 1.0 / (base ** (torch.arange(0, head_dim, 2, dtype=torch.int64).float() / head_dim))
+        freqs = torch.outer(torch.arange(max_positions, dtype=torch.float32), inv_freq)
+        emb = torch.cat((freqs, freqs), dim=-1)
+        self.register_buffer("cos", emb.cos(), persistent=False)
+        self.register_buffer("sin", emb.sin(), persistent=False)
+
+    def forward(self, x: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
+        # x: [T, heads, head_dim]
+        cos = self.cos[positions][:, None, :].to(x.dtype)
+        sin = self.sin[positions][:, None, :].to(x.dtype)
+        half = x.shape[-1] // 2
+        rotated = torch.cat((-x[..., half:], x[..., :half]), dim=-1)
+        return x * cos + rotated * sin
+
+
+class Attention(nn.Module):
+    def __init__(self, config: ModelConfig, layer: int) -> None:
+        super().__init__()
+        self.layer = layer
+        self.num_heads = config.num_heads
+        self.num_kv_heads = config.num_kv_heads
+        self.head_dim = config.head_dim
+        q_size = self.num_heads * self.head_dim
+        kv_size = self.num_kv_heads * self.head_dim
+        self.split = (q_size, kv_size, kv_size)
+        self.qkv_proj = nn.Linear(config.hidden_size, sum(self.split), bias=False)
+        self.o_proj = nn.Linear(q_size, config.hidden_size, bias=False)
+
+    def forward(self, x: torch.Tensor, batch: ForwardBatch, kv: KVCache, rotary: Rotary) -> torch.Tensor:
+        tokens = x.shape[0]
+        q, k, v = self.qkv_proj(x).split(self.split, dim=-1)
+        q = rotary(q.view(tokens, self.num_heads, self.head_dim), batch.positions)
+        k = rotary(k.view(tokens, self.num_kv_heads, self.head_dim), batch.positions)
+        v = v.view(tokens, self.num_kv_heads, self.head_dim)
+        k_cache, v_cache = kv.k[self.layer], kv.v[self.layer]
+        k_cache.index_copy_(0, batch.out_cache_loc, k)
+        v_cache.index_copy_(0, batch.out_cache_loc, v)
+        bsz, max_q = batch.batch_size, batch.max_q
+        if max_q == 1:
+            q_pad = q.unsqueeze(1)
+        else:
+            q_pad = q.new_zeros((bsz * max_q, self.num_heads, self.head_dim))
+            q_pad[batch.pad_index] = q
+            q_pad = q_pad.view(bsz, max_q, self.num_heads, self.head_dim)
+        # index_select is about twice as fast as advanced indexing for this gather on CPU.
+        flat = batch.kv_indices.reshape(-1)
+        gathered = (bsz, -1, self.num_kv_heads, self.head_dim)
+        keys = torch.index_select(k_cache, 0, flat).view(gathered).transpose(1, 2)  # [B, kv_heads, max_kv, hd]
+        values = torch.index_select(v_cache, 0, flat).view(gathered).transpose(1, 2)
+        out = F.scaled_dot_product_attention(q_pad.transpose(1, 2), keys, values,
+                                             attn_mask=batch.attn_mask, enable_gqa=True)
+        out = out.transpose(1, 2).reshape(bsz * max_q, self.num_heads * self.head_dim)
+        if max_q != 1:
+            out = out[batch.pad_index]
+        return self.o_proj(out)
+
+
+class MLP(nn.Module):
+    def __init__(self, config: ModelConfig) -> None:
+        super().__init__()
+        self.intermediate = config.intermediate_size
+        self.gate_up_proj = nn.Linear(config.hidden_size, 2 * config.intermediate_size, bias=False)
+        self.down_proj = nn.Linear(config.intermediate_size, config.hidden_size, bias=False)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        gate, up = self.gate_up_proj(x).split(self.intermediate, dim=-1)
+        return self.down_proj(F.silu(gate) * up)
+
+
+class DecoderLayer(nn.Module):
+    def __init__(self, config: ModelConfig, layer: int) -> None:
+        super().__init__()
+        self.input_layernorm = RMSNorm(config.hidden_size, config.rms_norm_eps)
+        self.self_attn = Attention(config, layer)
+        self.post_attention_layernorm = RMSNorm(config.hidden_size, config.rms_norm_eps)
+        self.mlp = MLP(config)
+
+    def forward(self, x: torch.Tensor, batch: ForwardBatch, kv: KVCache, rotary: Rotary) -> torch.Tensor:
+        x = x + self.self_attn(self.input_layernorm(x), batch, kv, rotary)
+        return x + self.mlp(self.post_attention_layernorm(x))
+
+
+class LlamaModel(nn.Module):
+    def __init__(self, config: ModelConfig) -> None:
+        super().__init__()
+        self.config = config
+        self.embed_tokens = nn.Embedding(config.vocab_size, config.hidden_size)
+        self.layers = nn.ModuleList(DecoderLayer(config, i) for i in range(config.num_layers))
+        self.norm = RMSNorm(config.hidden_size, config.rms_norm_eps)
+        self.rotary = Rotary(config.head_dim, config.rope_theta, config.max_context)
+        self.lm_head = None if config.tie_word_embeddings else nn.Linear(
+            config.hidden_size, config.vocab_size, bias=False)
+
+    @torch.inference_mode()
+    def forward(self, batch: ForwardBatch, kv: KVCache) -> torch.Tensor:
+        """Returns fp32 logits [len(batch.logits_index), vocab]."""
+        x = self.embed_tokens(batch.input_ids)
+        for layer in self.layers:
+            x = layer(x, batch, kv, self.rotary)
+        x = self.norm(x[batch.logits_index])
+        weight = self.embed_tokens.weight if self.lm_head is None else self.lm_head.weight
+        return F.linear(x, weight).float()

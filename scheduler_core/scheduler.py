@@ -1,0 +1,212 @@
+"""The scheduler: waiting queue, running batch, chunked request, and the normal (non-overlapped) event loop.
+
+One step = pick the next batch (prefill first, else decode), run it (forward + sample, returning a
+BatchResult), then process the result (append tokens, finish checks, free or cache memory). The
+three stages are separate methods so that an overlapped loop can pipeline them later.
+"""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+
+import torch
+
+from scheduler_core.batch import FinishReason, Req, ScheduleBatch, release
+from scheduler_core.mem import KVAllocator, ReqToTokenPool
+from scheduler_core.model.llama import KVCache
+from scheduler_core.model.loader import LoadedModel
+from scheduler_core.policy import PrefillAdder, order_waiting
+from scheduler_core.pools import Pools
+from scheduler_core.radix_cache import RadixCache
+from scheduler_core.sampling import sample
+
+# After a retraction, assume every running request still decodes this many steps (sglang's rule).
+RETRACT_DECODE_STEPS = 20
+
+
+@dataclass
+class SchedulerConfig:
+    max_running_requests: int = 32
+    kv_tokens: int = 16384
+    chunked_prefill_size: int | None = 1024
+    max_prefill_tokens: int = 4096
+    schedule_policy: str = "fcfs"
+    enable_radix_cache: bool = True
+    init_new_token_ratio: float = 0.7
+    min_new_token_ratio: float = 0.1
+    new_token_ratio_decay: float = 0.001
+
+
+@dataclass
+class BatchResult:
+    """Sampled tokens for the requests of a batch that produced one (None: still chunking)."""
+    next_token_ids: list[int | None]
+    margins: list[float | None]
+    forward_s: float
+
+
+@dataclass
+class StepRecord:
+    mode: str
+    batch_size: int
+    tokens: int
+    seconds: float
+
+
+@dataclass
+class Scheduler:
+    loaded: LoadedModel
+    config: SchedulerConfig
+    device: torch.device
+    waiting: list[Req] = field(default_factory=list)
+    running: ScheduleBatch = field(default_factory=lambda: ScheduleBatch([]))
+    chunked_req: Req | None = None
+    steps: list[StepRecord] = field(default_factory=list)
+    retracted_total: int = 0
+    _finished: list[Req] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        cfg, model_cfg = self.config, self.loaded.config
+        allocator = KVAllocator(cfg.kv_tokens)
+        dtype = next(self.loaded.model.parameters()).dtype
+        self.pools = Pools(
+            req_to_token=ReqToTokenPool(cfg.max_running_requests + 1, model_cfg.max_context),
+            allocator=allocator,
+            kv_cache=KVCache(model_cfg, cfg.kv_tokens, dtype, self.device),
+            tree=RadixCache(allocator, disabled=not cfg.enable_radix_cache),
+        )
+        self.new_token_ratio = cfg.init_new_token_ratio
+
+    # -- requests -----------------------------------------------------------------------------
+    def add_request(self, req: Req) -> None:
+        self.waiting.append(req)
+
+    def has_work(self) -> bool:
+        return bool(self.waiting or self.chunked_req or not self.running.is_empty())
+
+    # -- scheduling ---------------------------------------------------------------------------
+    def get_next_batch_to_run(self) -> ScheduleBatch | None:
+        self._abort_waiting()
+        batch = self._get_new_batch_prefill()
+        if batch is not None:
+            return batch
+        if self.running.is_empty():
+            return None
+        self._update_running_batch()
+        return None if self.running.is_empty() else self.running
+
+    def _abort_waiting(self) -> None:
+        for req in [r for r in self.waiting if r.to_abort is not None]:
+            self.waiting.remove(req)
+            req.check_finished(self.loaded.tokenizer, self.loaded.config.max_context)
+            self._finished.append(req)
+
+    def _get_new_batch_prefill(self) -> ScheduleBatch | None:
+        if not self.waiting and self.chunked_req is None:
+            return None
+        max_new = self.config.max_running_requests - len(self.running)
+        if max_new <= 0:
+            return None
+        adder = PrefillAdder(self.pools, self.running.reqs, self.new_token_ratio,
+                             self.config.max_prefill_tokens, self.config.chunked_prefill_size, max_new)
+        if self.chunked_req is not None:
+            resumed = adder.add(self.chunked_req)
+            if not adder.can_run:
+                return None
+        else:
+            resumed = True
+        if resumed:
+            for req in order_waiting(self.waiting, self.config.schedule_policy, self.pools):
+                if not adder.add(req):
+                    break
+        if not adder.can_run:
+            return None
+        admitted = set(map(id, adder.can_run))
+        self.waiting = [r for r in self.waiting if id(r) not in admitted]
+        self.chunked_req = adder.chunked
+        return ScheduleBatch(adder.can_run, mode="extend")
+
+    def _update_running_batch(self) -> None:
+        """Make sure every running request gets a KV slot this step, retracting if the pool is short."""
+        if self.pools.can_alloc(len(self.running)):
+            self.new_token_ratio = max(self.new_token_ratio - self.config.new_token_ratio_decay,
+                                       self.config.min_new_token_ratio)
+            return
+        retracted = self.running.retract_decode(self.pools)
+        if not self.pools.can_alloc(len(self.running)):
+            # A single request that no longer fits the whole pool cannot make progress.
+            req = self.running.reqs[0]
+            req.finish_reason = FinishReason(
+                "abort", message=f"KV pool exhausted: {self.config.kv_tokens} slots cannot hold {req.seq_len} tokens")
+            release(req, self.pools, cache=False)
+            self._finished.append(req)
+            self.running.reqs = []
+        self.retracted_total += len(retracted)
+        self.waiting = retracted[::-1] + self.waiting
+        reqs = self.running.reqs
+        if reqs:
+            decoded = sum(len(r.output_ids) for r in reqs)
+            budget = sum(r.sampling.max_new_tokens for r in reqs)
+            self.new_token_ratio = min(1.0, (decoded + RETRACT_DECODE_STEPS * len(reqs)) / budget)
+
+    # -- running ------------------------------------------------------------------------------
+    def run_batch(self, batch: ScheduleBatch) -> BatchResult:
+        start = time.perf_counter()
+        if batch.mode == "extend":
+            forward_batch = batch.prepare_for_extend(self.pools, self.device)
+        else:
+            forward_batch = batch.prepare_for_decode(self.pools, self.device)
+        logits = self.loaded.model(forward_batch, self.pools.kv_cache)
+        rows = [i for i, r in enumerate(batch.reqs) if r.prefill_done]
+        tokens: list[int | None] = [None] * len(batch.reqs)
+        margins: list[float | None] = [None] * len(batch.reqs)
+        if rows:
+            picked = [batch.reqs[i] for i in rows]
+            ids, gaps = sample(logits[rows] if len(rows) < len(batch.reqs) else logits,
+                               [r.sampling for r in picked], [r.generator for r in picked])
+            for i, tok, gap in zip(rows, ids, gaps):
+                tokens[i], margins[i] = tok, gap
+        seconds = time.perf_counter() - start
+        self.steps.append(StepRecord(batch.mode, len(batch.reqs), forward_batch.input_ids.numel(), seconds))
+        return BatchResult(tokens, margins, seconds)
+
+    def process_batch_result(self, batch: ScheduleBatch, result: BatchResult) -> None:
+        now = time.perf_counter()
+        tokenizer, max_context = self.loaded.tokenizer, self.loaded.config.max_context
+        for req, tok, gap in zip(batch.reqs, result.next_token_ids, result.margins):
+            if tok is None:
+                continue
+            req.output_ids.append(tok)
+            req.margins.append(gap)
+            req.token_times.append(now)
+            req.check_finished(tokenizer, max_context)
+            if req.finished:
+                release(req, self.pools, cache=True)
+                self._finished.append(req)
+        if batch.mode == "extend":
+            # A request that got a token has finished its prefill; the chunked one has not.
+            done = [r for r, tok in zip(batch.reqs, result.next_token_ids) if tok is not None and not r.finished]
+            self.running.merge(ScheduleBatch(done))
+        else:
+            self.running.filter_finished()
+
+    # -- loops --------------------------------------------------------------------------------
+    def event_loop_normal(self, on_finish=None) -> None:
+        """Run until no request is waiting or running; `on_finish(req)` is called for each finished one."""
+        while self.has_work():
+            batch = self.get_next_batch_to_run()
+            if batch is not None:
+                result = self.run_batch(batch)
+                self.process_batch_result(batch, result)
+            drained = self._drain(on_finish)
+            if batch is None and not drained and self.has_work():
+                raise RuntimeError("scheduler is stuck: requests wait but none can be scheduled")
+
+    def _drain(self, on_finish) -> int:
+        finished, self._finished = self._finished, []
+        for req in finished:
+            if not req.text and req.finish_reason and req.finish_reason.kind != "stop_str":
+                req.text = self.loaded.tokenizer.decode(req.output_ids)
+            if on_finish is not None:
+                on_finish(req)
+        return len(finished)
