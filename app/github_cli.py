@@ -33,39 +33,41 @@ def backfill(repository: str, since: str, branch: str | None, limit: int) -> Non
             raise click.ClickException(f"unknown repository {repository!r}; add it with `parallax repo add`")
         branch_name = branch or repo.default_branch
         mirror = Mirror.for_repository(settings.data_dir, repo.name, repo.url)
-        click.echo(f"fetching {repo.url} into {mirror.path} ...")
-        try:
-            mirror.fetch(extra=[since])
-            head = mirror.resolve_branch(branch_name)
-            if head is None:
-                raise click.ClickException(f"branch {branch_name!r} does not exist in {repo.url}")
-            if not mirror.has_commit(since):
-                raise click.ClickException(f"commit {since} is not in {repo.url}")
-            chain = mirror.rev_list(head, first_parent=True, max_count=limit + 1)
-            if since not in chain:
-                if len(chain) > limit:
-                    raise click.ClickException(f"{since[:12]} is more than {limit} commits below the head of "
-                                               f"{branch_name}; raise --limit")
-                raise click.ClickException(f"{since[:12]} is not in the first-parent history of {branch_name}")
-            chain = chain[:chain.index(since) + 1]
-            click.echo(f"{branch_name}: {len(chain)} commit(s) from {since[:12]} to {head[:12]}")
-            parents = [p for p in mirror.commit_info([since])[0].parents]
-            infos = mirror.commits(head, parents, max_count=max(limit * 4, 10_000))
-            commit_graph.record_commits(session, repo, infos)
-            click.echo(f"graph: {len(infos)} commit(s) stored with their parents")
-            head_depth = mirror.first_parent_depth(head)
-        except (GitError, ValueError) as exc:
-            raise click.ClickException(str(exc)) from exc
+    # Git work happens outside a database transaction (on SQLite one holds the write lock).
+    click.echo(f"fetching {repo.url} into {mirror.path} ...")
+    try:
+        mirror.fetch(extra=[since])
+        head = mirror.resolve_branch(branch_name)
+        if head is None:
+            raise click.ClickException(f"branch {branch_name!r} does not exist in {repo.url}")
+        if not mirror.has_commit(since):
+            raise click.ClickException(f"commit {since} is not in {repo.url}")
+        chain = mirror.rev_list(head, first_parent=True, max_count=limit + 1)
+        if since not in chain:
+            if len(chain) > limit:
+                raise click.ClickException(f"{since[:12]} is more than {limit} commits below the head of "
+                                           f"{branch_name}; raise --limit")
+            raise click.ClickException(f"{since[:12]} is not in the first-parent history of {branch_name}")
+        chain = chain[:chain.index(since) + 1]
+        click.echo(f"{branch_name}: {len(chain)} commit(s) from {since[:12]} to {head[:12]}")
+        parents = list(mirror.commit_info([since])[0].parents)
+        infos = mirror.commits(head, parents, max_count=max(limit * 4, 10_000))
+        head_depth = mirror.first_parent_depth(head)
+    except (GitError, ValueError) as exc:
+        raise click.ClickException(str(exc)) from exc
+    with database.session() as session, use_settings(settings):
+        repo = session.scalar(select(Repository).where(Repository.name == repository))
+        commit_graph.record_commits(session, repo, infos)
+        click.echo(f"graph: {len(infos)} commit(s) stored with their parents")
         branch_row = commit_graph.get_branch(session, repo, branch_name)
         update = commit_graph.set_history(session, repo, branch_row, chain, head_depth)
         click.echo(f"history: {len(update.added)} commit(s) added, {len(update.dropped)} left the history")
         commits = commit_graph.commits_by_sha(session, repo, chain)
-        with use_settings(settings):
-            queued = []
-            for index, sha in enumerate(chain):
-                queued += matrix.queue_backfill(session, repo, [(commits[sha], head_depth - index)])
-                if (index + 1) % 50 == 0 or index + 1 == len(chain):
-                    click.echo(f"queued {index + 1}/{len(chain)} commit(s)")
+        queued = []
+        for index, sha in enumerate(chain):
+            queued += matrix.queue_backfill(session, repo, [(commits[sha], head_depth - index)])
+            if (index + 1) % 50 == 0 or index + 1 == len(chain):
+                click.echo(f"queued {index + 1}/{len(chain)} commit(s)")
         created = sum(1 for q in queued if q.created)
         click.echo(f"done: {created} job(s) queued, {len(queued) - created} already queued or done")
 

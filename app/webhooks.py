@@ -271,12 +271,21 @@ def _process_one(db: Database, settings: Settings, row_id: int) -> tuple[str, bo
     with db.session() as session:
         delivery = session.get(WebhookDelivery, row_id)
         assert delivery is not None
-        delivery_id, attempts = delivery.delivery_id, delivery.attempts
+        delivery_id, attempts, event, payload_text = (delivery.delivery_id, delivery.attempts, delivery.event,
+                                                      delivery.payload)
     try:
+        payload = json.loads(payload_text)
+        # Fetch outside any transaction: on SQLite a transaction holds the write lock, and a
+        # fetch may take minutes; the request path must keep storing deliveries meanwhile.
+        with db.session() as session:
+            repository = find_repository(session, payload)
+            mirror = mirror_for(settings, repository) if repository is not None else None
+        if mirror is not None:
+            fetch_for(mirror, event, payload)
         with use_settings(settings), db.session() as session:
             delivery = session.get(WebhookDelivery, row_id)
             assert delivery is not None
-            result = handle(session, settings, delivery.event, json.loads(delivery.payload))
+            result = handle(session, settings, event, payload)
             delivery.state, delivery.result = "done", result
             delivery.processed_at, delivery.claimed_until = datetime.now(timezone.utc), None
         log.info("webhook processed", extra={"px_delivery": delivery_id, "px_result": result})
@@ -294,6 +303,23 @@ def _process_one(db: Database, settings: Settings, row_id: int) -> tuple[str, bo
                 delay = RETRY_DELAYS_S[min(attempts, len(RETRY_DELAYS_S)) - 1]
                 delivery.claimed_until = datetime.now(timezone.utc) + timedelta(seconds=delay)
         return delivery_id, False, message
+
+
+def fetch_for(mirror: Mirror, event: str, payload: dict[str, Any]) -> None:
+    """Bring the mirror up to date with what the delivery names (branches, the pushed head, the
+    pull request's head ref and SHA). Only the tracked repository's configured URL is fetched,
+    never a URL from the payload."""
+    if event == "push" and isinstance(payload.get("after"), str) and SHA_RE.match(payload["after"]):
+        mirror.fetch(extra=[payload["after"]])
+    elif event == "pull_request":
+        pr = payload.get("pull_request") or {}
+        extra = []
+        if isinstance(pr.get("number"), int):
+            extra.append(f"refs/pull/{pr['number']}/head")
+        head = (pr.get("head") or {}).get("sha")
+        if isinstance(head, str) and SHA_RE.match(head):
+            extra.append(head)
+        mirror.fetch(extra=extra)
 
 
 def mirror_for(settings: Settings, repository: Repository) -> Mirror:
@@ -316,7 +342,6 @@ def handle(session: Session, settings: Settings, event: str, payload: dict[str, 
 def _handle_push(session: Session, repository: Repository, mirror: Mirror, payload: dict[str, Any]) -> str:
     branch_name = payload["ref"][len("refs/heads/"):]
     before, after = payload["before"], payload["after"]
-    mirror.fetch(extra=[after])
     if not mirror.has_commit(after):
         raise LookupError(f"commit {after} is not in {repository.url} (yet)")
     update_ = commit_graph.update_branch_from_push(session, repository, mirror, branch_name,
@@ -338,7 +363,6 @@ def _handle_pull_request(session: Session, repository: Repository, mirror: Mirro
     base_sha = pr["base"].get("sha") if isinstance(pr["base"].get("sha"), str) else None
     if base_sha is not None and not SHA_RE.match(base_sha):
         base_sha = None
-    mirror.fetch(extra=[f"refs/pull/{number}/head", head])
     if not mirror.has_commit(head):
         raise LookupError(f"pull request #{number} head {head} is not in {repository.url} (yet)")
     pull, head_commit, merge_base = commit_graph.record_pull_request(
