@@ -249,6 +249,19 @@ class Agent:
     def run(self) -> int:
         """Claim and run jobs until a signal (or one job with --once). Returns the exit code."""
         self.prepare()
+        try:
+            self.loop()
+        finally:
+            self.unlock_work_dir()
+        log.info("runner stopped%s", f" ({self.stop_signal})" if self.stop_signal else "")
+        return 0
+
+    def unlock_work_dir(self) -> None:
+        if self._lock_fd is not None:
+            os.close(self._lock_fd)  # closing the descriptor releases the flock
+            self._lock_fd = None
+
+    def loop(self) -> None:
         assert self.client is not None
         while not self.stopping():
             try:
@@ -267,8 +280,6 @@ class Agent:
             self.run_job(job)
             if self.config.once:
                 break
-        log.info("runner stopped%s", f" ({self.stop_signal})" if self.stop_signal else "")
-        return 0
 
     # ------------------------------------------------------------ one job
 

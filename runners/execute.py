@@ -147,9 +147,6 @@ class LogShipper:
             chunk, rest = text[:self.chunk_chars], text[self.chunk_chars:]
             self.buffer = [rest] if rest else []
             self.buffered = len(rest)
-            if self.dropped and not rest:
-                chunk += f"\n[parallax-runner: {self.dropped} characters of output dropped while the service was unreachable]\n"
-                self.dropped = 0
         return chunk
 
     def _flush_all(self) -> None:
@@ -157,11 +154,18 @@ class LogShipper:
             chunk = self._take()
             if not chunk:
                 return
+            with self.lock:
+                lost, self.dropped = self.dropped, 0
+            marked = chunk
+            if lost:
+                marked = f"[parallax-runner: {lost} characters of output dropped while the service was unreachable]\n" + chunk
             try:
-                self.send(chunk)
+                self.send(marked)
             except Exception as exc:  # the job goes on; its output stays in the local tail
                 from runners.client import LeaseLost
                 log.warning("could not ship a log chunk (%d chars): %s", len(chunk), exc)
+                with self.lock:
+                    self.dropped += lost + len(chunk)
                 if isinstance(exc, LeaseLost):
                     self.broken = True
 
