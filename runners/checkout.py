@@ -21,6 +21,9 @@ log = logging.getLogger(__name__)
 SHA_RE = re.compile(r"[0-9a-f]{40}")
 # Refs tried when the server refuses to hand out a commit by SHA (uploadpack.allowReachableSHA1InWant).
 FALLBACK_REFSPECS = ("+refs/heads/*:refs/heads/*", "+refs/pull/*/head:refs/pull/*/head")
+# Fetched commits are kept under refs/parallax/<sha> (newest KEEP_REFS by commit date).
+KEEP_PREFIX = "refs/parallax"
+KEEP_REFS = 200
 # Transports git may use for a job's repository URL; `ext::` (runs commands) is never allowed.
 ALLOWED_PROTOCOLS = "file:git:http:https:ssh"
 
@@ -121,9 +124,11 @@ class Workspace:
     def fetch(self, mirror: Path, url: str, sha: str) -> None:
         """Fetch the commit (and whatever of its history the mirror lacks) by SHA; when the
         server will not serve a bare SHA, fetch the branches and pull-request heads instead."""
+        # Into a ref: refs are what the next fetch offers as "have"s, so it sends only new objects.
         by_sha = git(["--git-dir", str(mirror), "fetch", "--quiet", "--no-tags", "--no-write-fetch-head",
-                      "--", url, sha], timeout_s=self.fetch_timeout_s)
+                      "--", url, f"+{sha}:{KEEP_PREFIX}/{sha}"], timeout_s=self.fetch_timeout_s)
         if by_sha.returncode == 0 and self.has_commit(mirror, sha):
+            self.trim_refs(mirror)
             return
         by_refs = git(["--git-dir", str(mirror), "fetch", "--quiet", "--no-tags", "--prune", "--no-write-fetch-head",
                        "--", url, *FALLBACK_REFSPECS], timeout_s=self.fetch_timeout_s)
@@ -134,6 +139,15 @@ class Workspace:
                                 retryable=True)
         raise CheckoutError(f"commit {sha} not found in {url} (not fetchable by SHA, not on any branch "
                             f"or pull-request head): {_last_lines(by_sha.stderr)}")
+
+    def trim_refs(self, mirror: Path) -> None:
+        """Keep the newest KEEP_REFS commit refs; older commits stay until git's own gc."""
+        listed = git(["--git-dir", str(mirror), "for-each-ref", "--sort=-committerdate", "--format=%(refname)",
+                      KEEP_PREFIX], timeout_s=60).stdout.split()
+        if len(listed) > KEEP_REFS:
+            stale = "".join(f"delete {ref}\n" for ref in listed[KEEP_REFS:])
+            subprocess.run(["git", "--git-dir", str(mirror), "update-ref", "--stdin"], input=stale, text=True,
+                           capture_output=True, env=git_env(), timeout=60, start_new_session=True)
 
     def discard_mirror(self, mirror: Path) -> None:
         trash = mirror.with_name(mirror.name + ".tmp")
