@@ -133,30 +133,41 @@ def parse_time(value: str) -> datetime:
 
 
 def kill_leftover_job(work_dir: Path) -> str | None:
-    """A runner killed mid-job may leave the job's process group behind; end it."""
+    """A runner killed mid-job may leave part of the job behind: its leader dies with the runner
+    (PR_SET_PDEATHSIG) but the leader's children do not. End every process of the recorded
+    process group whose environment shows it was started for a job of this work dir."""
     path = work_dir / RUNNING_FILE
     if not path.is_file():
         return None
     try:
         data = json.loads(path.read_text())
-        pgid, started = int(data["pgid"]), float(data["create_time"])
+        pgid = int(data["pgid"])
     except (ValueError, KeyError, TypeError):
         path.unlink(missing_ok=True)
         return None
-    note = None
     try:
         import psutil
-        leader = psutil.Process(pgid)
-        same = abs(leader.create_time() - started) < 1.0
     except ImportError:
-        same = execute.group_alive(pgid)
-    except Exception:  # psutil.NoSuchProcess and friends: the leader is gone
-        same = False
-    if same:
-        execute.kill_group(pgid, None, 0.0)
-        note = f"killed the leftover process group {pgid} of job {data.get('job_id')}"
+        path.unlink(missing_ok=True)
+        return f"job {data.get('job_id')} may have left processes in group {pgid} (install psutil to clean up)"
+    victims = []
+    for proc in psutil.process_iter():
+        try:
+            if os.getpgid(proc.pid) != pgid:
+                continue
+            if proc.environ().get("PARALLAX_RESULTS", "").startswith(str(work_dir) + os.sep):
+                victims.append(proc)
+        except (psutil.Error, OSError):
+            continue
+    for proc in victims:
+        try:
+            proc.kill()
+        except psutil.Error:
+            pass
     path.unlink(missing_ok=True)
-    return note
+    if victims:
+        return f"killed {len(victims)} leftover process(es) of job {data.get('job_id')} (group {pgid})"
+    return None
 
 
 # ---------------------------------------------------------------- the agent

@@ -130,3 +130,32 @@ def test_a_damaged_mirror_fails_the_job_is_discarded_and_the_retry_succeeds(harn
     assert job["state"] == "succeeded"
     [run] = harness.runs(job_id)
     assert run["attempt"] == 2 and run["context"]["head"] == harness.shas[0]
+
+
+def dated_repo(path: Path, count: int) -> list[str]:
+    path.mkdir()
+    git(path, "init", "-q", "-b", "main")
+    for i in range(count):
+        (path / "file.txt").write_text(f"version {i}\n")
+        git(path, "add", "file.txt")
+        date = f"2026-01-0{i + 1}T12:00:00Z"
+        subprocess.run(["git", "commit", "-q", "-m", f"c{i}"], cwd=path, check=True, capture_output=True,
+                       env=dict(os.environ, GIT_AUTHOR_NAME="t", GIT_AUTHOR_EMAIL="t@x", GIT_COMMITTER_NAME="t",
+                                GIT_COMMITTER_EMAIL="t@x", GIT_AUTHOR_DATE=date, GIT_COMMITTER_DATE=date))
+    return git(path, "rev-list", "--reverse", "HEAD").split()
+
+
+def test_fetched_commits_are_kept_under_refs_and_trimmed_to_the_newest(tmp_path, monkeypatch):
+    from runners import checkout
+    monkeypatch.setattr(checkout, "KEEP_REFS", 2)
+    repo = tmp_path / "dated"
+    shas = dated_repo(repo, 3)
+    workspace = Workspace(tmp_path / "work")
+    mirror = workspace.mirror_path("demo/engine", str(repo))
+    for i, sha in enumerate(shas):
+        path = workspace.prepare(i, 1, "demo/engine", str(repo), sha)
+        assert git(path, "rev-parse", "HEAD") == sha
+        workspace.release(mirror, path)
+        assert not path.exists()
+    refs = git(mirror, "for-each-ref", "--format=%(refname)", "refs/parallax").split()
+    assert sorted(refs) == sorted(f"refs/parallax/{sha}" for sha in shas[1:])

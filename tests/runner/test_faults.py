@@ -87,18 +87,22 @@ def test_sigkill_mid_job_the_lease_expires_and_another_runner_completes_it(harne
 
 def test_after_a_crash_the_same_work_dir_starts_again_and_cleans_up(harness: Harness):
     job_id = harness.enqueue(harness.shas[0])
-    first = harness.start_runner("r1", mode="block")
-    harness.marker("started")
+    first = harness.start_runner("r1", mode="hang")
+    started = harness.marker("started")
     worktrees = harness.tmp_path / "work-r1" / "worktrees"
     assert len(list(worktrees.iterdir())) == 1
     first.send_signal(signal.SIGKILL)
     first.wait(10)
+    wait_for(lambda: not pid_alive(started["pid"]), 10, "the job's leader to die with its runner")
+    assert pid_alive(started["child"])  # its child outlived the crash...
 
     again = harness.start_runner("r1", "--once", mode="ok", register=False)
     job = harness.wait_job(job_id, ("succeeded", "failed"), proc=again)
     assert job["state"] == "succeeded" and job["attempt"] == 2
     assert harness.wait_exit(again) == 0
-    assert "removed leftover" in harness.runner_log(again)
+    assert not pid_alive(started["child"])  # ...until the next start ended it
+    log = harness.runner_log(again)
+    assert "killed 1 leftover process(es) of job" in log and "removed leftover" in log
     assert list(worktrees.iterdir()) == []
 
 
