@@ -86,8 +86,8 @@ def context_name(platform: str, suite: str) -> str:
 
 def set_status(session: Session, *, repository_id: int, sha: str, platform: str, suite: str, state: str,
                description: str) -> None:
-    """Queue a commit status. A "failure" already recorded for this commit and context is kept:
-    later "pending" or "success" updates for it are dropped."""
+    """Queue a commit status. A "failure" (regression flagged) already recorded for this commit
+    and context is sticky: later "pending", "success" or "error" updates for it are dropped."""
     if state not in STATES:
         raise ValueError(f"state must be one of {', '.join(STATES)}, got {state!r}")
     settings = current_settings()
@@ -95,7 +95,7 @@ def set_status(session: Session, *, repository_id: int, sha: str, platform: str,
     if repository is None or not enabled_for(settings, repository.name):
         return
     context = context_name(platform, suite)
-    if state in ("pending", "success"):
+    if state != "failure":
         failed = session.scalar(select(CommitStatusUpdate.id).where(
             CommitStatusUpdate.repository_id == repository_id, CommitStatusUpdate.sha == sha,
             CommitStatusUpdate.context == context, CommitStatusUpdate.state == "failure").limit(1))
@@ -132,15 +132,11 @@ def headline(measurements: list[Measurement]) -> str:
         return "measured"
     first = min(measurements, key=lambda m: m.id or 0)
     value = statistics.median(float(x) for x in first.samples)
-    return f"{first.metric} {_format(value)} {first.unit} (median)".replace("  ", " ")
+    return " ".join(part for part in (first.metric, _format(value), first.unit, "(median)") if part)
 
 
 def _format(value: float) -> str:
-    if abs(value) >= 100:
-        return f"{value:.0f}"
-    if abs(value) >= 1:
-        return f"{value:.3g}"
-    return f"{value:.3g}"
+    return f"{value:.0f}" if abs(value) >= 100 else f"{value:.3g}"
 
 
 def on_run_stored(session: Session, run: Run) -> None:
@@ -157,7 +153,7 @@ def on_job_failed(session: Session, job: Job) -> None:
     if job.reason in SILENT_REASONS:
         return
     sha, suite = _job_cell(session, job)
-    reason = (job.failure_reason or "no reason given").splitlines()[0] if job.failure_reason else "no reason given"
+    reason = (job.failure_reason or "").strip().splitlines()[0] if (job.failure_reason or "").strip() else "no reason given"
     set_status(session, repository_id=job.repository_id, sha=sha, platform=job.platform, suite=suite,
                state="error", description=f"job failed after {job.attempt} attempt(s): {reason}")
 
@@ -220,12 +216,11 @@ def _superseded(session: Session, row: CommitStatusUpdate) -> bool:
         CommitStatusUpdate.context == row.context, CommitStatusUpdate.id > row.id).limit(1))
     if newer is None:
         return False
-    if row.state == "failure":
-        # A failure stays unless a newer failure/error replaces it.
+    if row.state == "failure":  # sticky: only a newer failure (a newer description) replaces it
         return session.scalar(select(CommitStatusUpdate.id).where(
             CommitStatusUpdate.repository_id == row.repository_id, CommitStatusUpdate.sha == row.sha,
             CommitStatusUpdate.context == row.context, CommitStatusUpdate.id > row.id,
-            CommitStatusUpdate.state.in_(("failure", "error"))).limit(1)) is not None
+            CommitStatusUpdate.state == "failure").limit(1)) is not None
     return True
 
 

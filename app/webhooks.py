@@ -137,14 +137,14 @@ def classify(session: Session, event: str, payload: dict[str, Any]) -> Verdict:
         return Verdict("ignored", 202, f"event {event!r} is not handled (only push and pull_request)")
     if event == "push":
         ref = _field(payload, "ref", str)
-        before, after = _sha_field(payload, "before"), _sha_field(payload, "after")
+        _sha_field(payload, "before")
+        after = _sha_field(payload, "after")
         if ref.startswith("refs/tags/"):
             return Verdict("ignored", 202, f"tag push ({ref}) is not measured")
         if payload.get("deleted") is True or after == ZERO_SHA:
             return Verdict("ignored", 202, f"branch deletion ({ref}) changes nothing")
         if not ref.startswith("refs/heads/"):
             return Verdict("ignored", 202, f"push to {ref} is not a branch push")
-        del before
     else:
         action = _field(payload, "action", str)
         if action not in PULL_REQUEST_ACTIONS:
@@ -285,8 +285,8 @@ def _process_one(db: Database, settings: Settings, row_id: int) -> tuple[str, bo
         with use_settings(settings), db.session() as session:
             delivery = session.get(WebhookDelivery, row_id)
             assert delivery is not None
-            result = handle(session, settings, event, payload)
-            delivery.state, delivery.result = "done", result
+            state, result = handle(session, settings, event, payload)
+            delivery.state, delivery.result = state, result
             delivery.processed_at, delivery.claimed_until = datetime.now(timezone.utc), None
         log.info("webhook processed", extra={"px_delivery": delivery_id, "px_result": result})
         return delivery_id, True, result
@@ -326,17 +326,18 @@ def mirror_for(settings: Settings, repository: Repository) -> Mirror:
     return Mirror.for_repository(settings.data_dir, repository.name, repository.url)
 
 
-def handle(session: Session, settings: Settings, event: str, payload: dict[str, Any]) -> str:
-    """Act on one stored delivery; returns a one-line summary kept on the delivery."""
+def handle(session: Session, settings: Settings, event: str, payload: dict[str, Any]) -> tuple[str, str]:
+    """Act on one stored delivery (its mirror already fetched); returns the delivery's final
+    state and a one-line summary. Tracking may have changed since it arrived: then it is ignored."""
     verdict = classify(session, event, payload)
     if verdict.state != "pending":
-        return verdict.reason
+        return verdict.state, verdict.reason
     repository = find_repository(session, payload)
     assert repository is not None
     mirror = mirror_for(settings, repository)
     if event == "push":
-        return _handle_push(session, repository, mirror, payload)
-    return _handle_pull_request(session, repository, mirror, payload)
+        return "done", _handle_push(session, repository, mirror, payload)
+    return "done", _handle_pull_request(session, repository, mirror, payload)
 
 
 def _handle_push(session: Session, repository: Repository, mirror: Mirror, payload: dict[str, Any]) -> str:

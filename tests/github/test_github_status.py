@@ -188,3 +188,19 @@ def test_repository_without_an_owner_is_not_reported(app, db):
         set_status(session, repository_id=repo_id(db, "local-engine"), sha=SHA_A, platform="cpu", suite="gsm8k",
                    state="pending", description="queued")
     assert rows(db) == []
+
+
+def test_failure_is_not_overwritten_by_a_later_job_error(app, db, github):
+    with use_settings(app.extensions["parallax.settings"]), db.session() as session:
+        cell = dict(repository_id=repo_id(db), sha=SHA_A, platform="cuda", suite="gsm8k")
+        set_status(session, **cell, state="failure", description="accuracy -4.1 points vs parent")
+        set_status(session, **cell, state="error", description="job failed after 3 attempt(s): OOM")
+    send(app, db)
+    assert [r.json["state"] for r in github.requests] == ["failure"]
+
+
+def test_headline_uses_the_first_metric_median_with_its_unit():
+    from app.github_status import headline
+    from app.models import Measurement
+    accuracy = Measurement(id=1, metric="accuracy", unit="", samples=[0.41, 0.43, 0.42])
+    assert headline([accuracy]) == "accuracy 0.42 (median)"

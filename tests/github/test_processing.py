@@ -258,3 +258,17 @@ def test_concurrent_workers_process_each_delivery_once(client, app, db, tracked,
     assert sum(len(r.processed) for r in reports) == 1
     with db.session() as session:
         assert session.scalar(select(WebhookDelivery.attempts)) == 1
+
+
+def test_delivery_for_a_repository_untracked_meanwhile_is_ignored(client, app, db, tracked, upstream):
+    from app.models import Repository
+    base = upstream.commit()
+    head = upstream.commit()
+    post_webhook(client, "push", push_payload(base, head, [head]))
+    with db.session() as session:
+        session.get(Repository, tracked).default_branch = "main"  # master is no longer tracked
+    process_pending(db, app.extensions["parallax.settings"])
+    with db.session() as session:
+        delivery = session.scalar(select(WebhookDelivery))
+        assert delivery.state == "ignored" and "not tracked" in delivery.result
+    assert jobs_by_sha(db) == {}

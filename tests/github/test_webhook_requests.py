@@ -201,3 +201,32 @@ def test_signature_is_checked_on_raw_bytes(client):
     body = json.dumps(load_payload("ping-payload.json"), indent=4).encode()
     assert sign(body) != sign(json.dumps(json.loads(body)).encode())
     assert _post(client, body, webhook_headers("ping", body)).status_code == 200
+
+
+def test_over_http_a_chunked_body_over_the_limit_is_413(database_url, tmp_path):
+    import requests
+
+    from app import create_app
+    from tests.conftest import LiveServer
+    flask_app = create_app(make_settings(database_url, github_webhook_secret=SECRET, max_webhook_bytes=1000,
+                                         data_dir=str(tmp_path)))
+    db = flask_app.extensions["parallax.db"]
+    body = json.dumps({"zen": "x" * 5000}).encode()
+    try:
+        before = count_rows(db)
+        with LiveServer(flask_app) as server:
+            chunks = (body[i:i + 512] for i in range(0, len(body), 512))  # no Content-Length
+            response = requests.post(f"{server.url}/webhooks/github", data=chunks,
+                                     headers=webhook_headers("ping", body), timeout=10)
+        assert response.status_code == 413
+        assert count_rows(db) == before
+    finally:
+        db.engine.dispose()
+
+
+def test_over_http_a_signed_ping_is_200(live_server):
+    import requests
+    body = json.dumps(load_payload("ping-payload.json")).encode()
+    response = requests.post(f"{live_server.url}/webhooks/github", data=body,
+                             headers=webhook_headers("ping", body), timeout=10)
+    assert response.status_code == 200
