@@ -30,6 +30,7 @@ class BranchUpdate:
     dropped: list[Commit] = field(default_factory=list)
     pushed: list[tuple[Commit, int]] = field(default_factory=list)  # `added` less the push's base
     head: Commit | None = None
+    head_position: int = 0
 
 
 def _chunks(items: Sequence[str], size: int = CHUNK) -> Iterable[Sequence[str]]:
@@ -125,7 +126,7 @@ def set_history(session: Session, repository: Repository, branch: Branch, chain:
     head = commits[chain[0]]
     branch.head_commit_id = head.id
     branch.updated_at = utcnow()
-    result.head = head
+    result.head, result.head_position = head, head_depth
     session.flush()
     return result
 

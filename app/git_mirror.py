@@ -88,7 +88,6 @@ class Mirror:
         if not (self.path / "HEAD").is_file():
             self.path.mkdir(parents=True, exist_ok=True)
             self._git("init", "--quiet", "--bare")
-            self._git("config", "gc.auto", "0")  # never prune commits a force push dropped mid-read
         if self._git("remote", "get-url", "origin", check=False).returncode != 0:
             self._git("remote", "add", "origin", "--", self.url)
         else:

@@ -71,6 +71,8 @@ def queue_push(session: Session, repository: Repository, commits: Sequence[tuple
                head: Commit, head_position: int) -> list[Queued]:
     """Queue a push: `commits` are (commit, position) the push added to the branch history;
     suites with policy "every" get each of them, suites with policy "head" only `head`."""
+    if not commits:  # e.g. a reset back to a commit already in the history
+        return []
     ordered = sorted(commits, key=lambda item: item[1], reverse=True)
     out: list[Queued] = []
     for suite in suites(session):

@@ -345,15 +345,14 @@ def _handle_push(session: Session, repository: Repository, mirror: Mirror, paylo
     before, after = payload["before"], payload["after"]
     if not mirror.has_commit(after):
         raise LookupError(f"commit {after} is not in {repository.url} (yet)")
-    update_ = commit_graph.update_branch_from_push(session, repository, mirror, branch_name,
+    change = commit_graph.update_branch_from_push(session, repository, mirror, branch_name,
                                                    None if before == ZERO_SHA else before, after)
-    head = update_.head
-    assert head is not None
-    head_position = mirror.first_parent_depth(after)
-    queued = matrix.queue_push(session, repository, update_.pushed, head=head, head_position=head_position)
+    assert change.head is not None
+    queued = matrix.queue_push(session, repository, change.pushed, head=change.head,
+                               head_position=change.head_position)
     created = sum(1 for q in queued if q.created)
-    return (f"push {branch_name} {before[:12]}..{after[:12]}: {len(update_.pushed)} commit(s) added, "
-            f"{len(update_.dropped)} dropped from history; {created} job(s) queued, "
+    return (f"push {branch_name} {before[:12]}..{after[:12]}: {len(change.pushed)} commit(s) added, "
+            f"{len(change.dropped)} dropped from history; {created} job(s) queued, "
             f"{len(queued) - created} already queued or done")
 
 

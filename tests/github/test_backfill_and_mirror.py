@@ -115,3 +115,8 @@ def test_webhook_duty_runs_in_the_background_loop(client, app, db, tracked, upst
     with db.session() as session:
         assert session.scalar(select(func.count()).select_from(Job)) == 5
         assert session.scalar(select(Branch.name)) == "master"
+
+
+def test_backfill_has_help():
+    result = CliRunner().invoke(main, ["backfill", "--help"])
+    assert result.exit_code == 0 and "--since" in result.output

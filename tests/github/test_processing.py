@@ -272,3 +272,31 @@ def test_delivery_for_a_repository_untracked_meanwhile_is_ignored(client, app, d
         delivery = session.scalar(select(WebhookDelivery))
         assert delivery.state == "ignored" and "not tracked" in delivery.result
     assert jobs_by_sha(db) == {}
+
+
+def test_force_push_back_to_an_older_commit_drops_the_rest_and_queues_nothing(client, app, db, tracked, upstream):
+    root = upstream.commit()
+    push(client, app, db, "0" * 40, root, [root])
+    shas = upstream.commits(4)
+    push(client, app, db, root, shas[-1], shas)
+    upstream("reset", "-q", "--hard", shas[1])
+    with db.session() as session:
+        jobs_before = session.scalar(select(func.count()).select_from(Job))
+    push(client, app, db, shas[-1], shas[1], [], forced=True)
+    assert history(db) == [root, shas[0], shas[1]]
+    with db.session() as session:
+        assert session.scalar(select(func.count()).select_from(Job)) == jobs_before
+
+
+def test_pull_request_from_a_fork_is_fetched_from_its_pull_ref(client, app, db, tracked, upstream):
+    base = upstream.commit()
+    upstream("checkout", "-q", "-b", "fork-work")
+    head = upstream.commit()
+    upstream("checkout", "-q", "master")
+    # GitHub keeps a fork's head only under refs/pull/<n>/head of the base repository.
+    upstream("update-ref", "refs/pull/7/head", head)
+    upstream("branch", "-q", "-D", "fork-work")
+    post_webhook(client, "pull_request", pr_payload("opened", head, base, number=7))
+    report = process_pending(db, app.extensions["parallax.settings"])
+    assert not report.failed, report.results
+    assert len(jobs_by_sha(db)[head]) == MATRIX
