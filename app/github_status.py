@@ -29,7 +29,7 @@ from sqlalchemy import and_, select, update
 from sqlalchemy.orm import Session
 
 from app.background import Duty
-from app.config import Settings, load_settings
+from app.config import ConfigError, Settings, load_settings
 from app.db import Database
 from app.models import CommitStatusUpdate, Job, JobReason, Measurement, Repository, Run, Suite
 
@@ -61,7 +61,13 @@ def use_settings(settings: Settings) -> Iterator[None]:
 
 @lru_cache(maxsize=1)
 def _env_settings() -> Settings:
-    return load_settings()
+    try:
+        return load_settings()
+    except ConfigError:
+        # A hook must never break ingestion; without readable settings there is no token,
+        # so no statuses are recorded (the service itself reports the configuration error).
+        log.warning("settings unreadable; commit statuses are off in this process", exc_info=True)
+        return Settings()
 
 
 def current_settings() -> Settings:
@@ -91,6 +97,8 @@ def set_status(session: Session, *, repository_id: int, sha: str, platform: str,
     if state not in STATES:
         raise ValueError(f"state must be one of {', '.join(STATES)}, got {state!r}")
     settings = current_settings()
+    if not settings.github_token:
+        return
     repository = session.get(Repository, repository_id)
     if repository is None or not enabled_for(settings, repository.name):
         return
