@@ -80,21 +80,24 @@ def _read_body(limit: int) -> bytes:
     return body
 
 
-def parse_payload(body: bytes, content_type: str) -> dict[str, Any]:
-    """JSON, or GitHub's form encoding (`payload=<json>`)."""
-    text: str | bytes = body
+def parse_payload(body: bytes, content_type: str) -> tuple[dict[str, Any], str]:
+    """The payload and its JSON text, from JSON or GitHub's form encoding (`payload=<json>`)."""
+    try:
+        text = body.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise BadRequest(f"body is not UTF-8: {exc}") from exc
     if content_type.startswith("application/x-www-form-urlencoded"):
-        values = parse_qs(body.decode("utf-8", errors="replace")).get("payload")
+        values = parse_qs(text).get("payload")
         if not values:
             raise BadRequest("form-encoded webhook without a 'payload' field; use content type application/json")
         text = values[0]
     try:
         payload = json.loads(text)
-    except (ValueError, UnicodeDecodeError) as exc:
+    except ValueError as exc:
         raise BadRequest(f"body is not valid JSON: {exc}") from exc
     if not isinstance(payload, dict):
         raise BadRequest("body must be a JSON object")
-    return payload
+    return payload, text
 
 
 def _field(payload: dict[str, Any], path: str, kind: type | tuple[type, ...]) -> Any:
@@ -178,7 +181,7 @@ def receive():  # type: ignore[no-untyped-def]
         raise BadRequest("X-GitHub-Event header is missing or too long")
     if not delivery_id or len(delivery_id) > 128:
         raise BadRequest("X-GitHub-Delivery header is missing or too long")
-    payload = parse_payload(body, request.content_type or "application/json")
+    payload, payload_text = parse_payload(body, request.content_type or "application/json")
     session = request_session()
     existing = session.scalar(select(WebhookDelivery).where(WebhookDelivery.delivery_id == delivery_id))
     if existing is not None:
@@ -186,7 +189,7 @@ def receive():  # type: ignore[no-untyped-def]
     verdict = classify(session, event, payload)
     action = payload.get("action") if isinstance(payload.get("action"), str) else None
     delivery = WebhookDelivery(delivery_id=delivery_id, event=event, action=(action or None) and action[:64],
-                               payload=body.decode("utf-8", errors="replace"), state=verdict.state,
+                               payload=payload_text, state=verdict.state,
                                result=None if verdict.state == "pending" else verdict.reason,
                                processed_at=None if verdict.state == "pending" else datetime.now(timezone.utc))
     session.add(delivery)

@@ -300,3 +300,18 @@ def test_pull_request_from_a_fork_is_fetched_from_its_pull_ref(client, app, db, 
     report = process_pending(db, app.extensions["parallax.settings"])
     assert not report.failed, report.results
     assert len(jobs_by_sha(db)[head]) == MATRIX
+
+
+def test_form_encoded_push_is_processed_like_json(client, app, db, tracked, upstream):
+    import json
+    from urllib.parse import urlencode
+
+    from tests.github.conftest import webhook_headers
+    base = upstream.commit()
+    head = upstream.commit()
+    body = urlencode({"payload": json.dumps(push_payload(base, head, [head]))}).encode()
+    headers = webhook_headers("push", body)
+    headers["Content-Type"] = "application/x-www-form-urlencoded"
+    assert client.post("/webhooks/github", data=body, headers=headers).status_code == 202
+    assert not process_pending(db, app.extensions["parallax.settings"]).failed
+    assert len(jobs_by_sha(db)[head]) == MATRIX
