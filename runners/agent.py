@@ -196,6 +196,10 @@ class Agent:
             self.stop_signal = name
             self.stop_at = time.monotonic() + self.config.grace_s
             log.info("%s received: finishing the running job within %.0f s, then exiting", name, self.config.grace_s)
+            # Bounds everything else too: an upload retrying through an outage gives up then.
+            last_call = threading.Timer(self.config.grace_s + self.config.kill_grace_s + 15.0, self.abort.set)
+            last_call.daemon = True
+            last_call.start()
         else:
             log.info("%s received again: handing the job back now", name)
             self.stop_at = time.monotonic()
@@ -259,8 +263,8 @@ class Agent:
 
     def run(self) -> int:
         """Claim and run jobs until a signal (or one job with --once). Returns the exit code."""
-        self.prepare()
         try:
+            self.prepare()
             self.loop()
         finally:
             self.unlock_work_dir()
@@ -276,7 +280,8 @@ class Agent:
         assert self.client is not None
         while not self.stopping():
             try:
-                job = self.client.claim(self.config.claim_wait_s, budget_s=60.0)
+                # A short retry budget, so that a signal during an outage is noticed soon.
+                job = self.client.claim(self.config.claim_wait_s, budget_s=15.0)
             except Unauthorized as exc:
                 raise RunnerError(f"the service refused this runner's token ({exc}); delete "
                                   f"{self.work_dir / IDENTITY_FILE} to register again") from exc

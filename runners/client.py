@@ -69,7 +69,7 @@ def _detail(response: requests.Response) -> tuple[str, Any]:
 
 
 class Client:
-    """One runner's view of the service. Thread-safe: each call uses its own request."""
+    """One runner's view of the service, safe to use from several threads."""
 
     def __init__(self, server: str, token: str | None = None, *, retry: RetryPolicy | None = None,
                  abort: threading.Event | None = None, timeout_s: float = 30.0) -> None:
@@ -78,7 +78,16 @@ class Client:
         self.retry = retry or RetryPolicy()
         self.abort = abort or threading.Event()
         self.timeout_s = timeout_s
-        self.http = requests.Session()
+        self._local = threading.local()
+
+    @property
+    def http(self) -> requests.Session:
+        """One session (connection pool) per thread: heartbeats, log shipping and uploads run
+        on different threads, and requests does not promise a shared Session is thread-safe."""
+        session = getattr(self._local, "session", None)
+        if session is None:
+            session = self._local.session = requests.Session()
+        return session
 
     # ------------------------------------------------------------ transport
 
