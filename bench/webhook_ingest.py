@@ -107,9 +107,9 @@ def start_service(url: str, tmp: Path, upstream: Path) -> tuple[subprocess.Popen
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:
         try:
-            if requests.get(f"{base}/healthz", timeout=1).status_code == 200:
+            if requests.get(f"{base}/healthz", timeout=5).status_code == 200:
                 return process, base
-        except requests.ConnectionError:
+        except requests.RequestException:  # not listening yet, or too busy starting to answer
             time.sleep(0.2)
     process.kill()
     raise RuntimeError("parallax serve did not become healthy within 60 s")
