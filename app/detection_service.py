@@ -1,0 +1,464 @@
+"""Detection as a service: mark series dirty when results arrive, scan them in the background,
+classify changes across platforms, and keep alert groups.
+
+- `on_run_stored` (inside the completing transaction) only upserts `detection_state.dirty`.
+- The `detection` duty takes dirty series, clears the mark first (a result stored meanwhile
+  marks it again, so nothing is lost), and re-examines only the recent window of each.
+- `rescan` runs full detection over every series (`parallax detect --rescan`).
+- Performance changes are classified against the other platforms (app.detection.classify_change);
+  an inconclusive one queues the missing platforms' jobs at both ends of the range.
+- `items:<name>` series get paired accuracy tests between consecutive measured commits;
+  a hazard count (`hazards`, `stream_hazards`) above zero is a correctness alert by itself.
+- Alerts group changes by (repository, branch, kind, range); improvements are recorded with
+  `is_regression` False and never alarm; a later change that restores the level marks the
+  regression fixed.
+"""
+from __future__ import annotations
+
+import importlib
+import importlib.util
+import logging
+import math
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from sqlalchemy import select
+from sqlalchemy.orm import Session
+
+from app.background import Duty
+from app.db import Database
+from app.detection import (DEFAULT_CONFIG, ChangePoint, PlatformSeries, classify_change, compare_accuracy,
+                           detect, detect_recent)
+from app.models import (Alert, AlertChange, AlertState, Commit, DetectionState, JobReason, Repository, Run,
+                        Suite, utcnow)
+from app.series import Series, SeriesKey, load_series, series_keys, series_keys_for_run, sibling_series
+
+log = logging.getLogger(__name__)
+
+ACCURACY_ALPHA = 1e-3          # paired McNemar / two-proportion p-value for an accuracy alert
+ACCURACY_MIN_DROP = 0.01       # and at least one point of accuracy
+SCAN_BATCH = 50                # dirty series per duty run
+MAX_SUSPECTS = 50
+OPEN_STATES = (AlertState.new, AlertState.acknowledged)
+
+
+@dataclass
+class ScanReport:
+    series: int = 0
+    created: list[int] = field(default_factory=list)       # new AlertChange ids
+    updated: int = 0
+    fixed: list[int] = field(default_factory=list)         # alert ids set to fixed
+    confirm_jobs: list[int] = field(default_factory=list)
+
+    def merge(self, other: "ScanReport") -> None:
+        self.series += other.series
+        self.created += other.created
+        self.updated += other.updated
+        self.fixed += other.fixed
+        self.confirm_jobs += other.confirm_jobs
+
+
+# ---------------------------------------------------------------- marking
+
+def mark_dirty(session: Session, key: SeriesKey) -> None:
+    """Insert or flag the series' state row; one statement, safe under concurrent completions."""
+    if session.get_bind().dialect.name == "postgresql":
+        from sqlalchemy.dialects.postgresql import insert
+    else:
+        from sqlalchemy.dialects.sqlite import insert
+    statement = insert(DetectionState).values(series_key=key.digest, dirty=True, description={"key": key.to_json()})
+    session.execute(statement.on_conflict_do_update(index_elements=["series_key"], set_={"dirty": True}))
+
+
+def on_run_stored(session: Session, run: Run) -> None:
+    for key in series_keys_for_run(session, run):
+        mark_dirty(session, key)
+
+
+# ---------------------------------------------------------------- scanning
+
+def scan_dirty(db: Database, limit: int = SCAN_BATCH) -> ScanReport:
+    """The duty: incremental detection on up to `limit` dirty series."""
+    report = ScanReport()
+    with db.session() as session:
+        ids = list(session.scalars(select(DetectionState.id).where(DetectionState.dirty.is_(True))
+                                   .order_by(DetectionState.id).limit(limit)))
+    for state_id in ids:
+        with db.session() as session:
+            state = session.get(DetectionState, state_id)
+            if state is None or not state.dirty:
+                continue
+            state.dirty = False
+            session.commit()
+            try:
+                report.merge(scan_series(session, SeriesKey.from_json(state.description["key"]), full=False))
+                session.commit()
+            except Exception:
+                session.rollback()
+                state = session.get(DetectionState, state_id)
+                if state is not None:
+                    state.dirty = True   # retried on the next tick
+                session.commit()
+                raise
+    return report
+
+
+def rescan(db: Database, repository_id: int | None = None,
+           progress: Any = None) -> ScanReport:
+    """Full detection over every series (of one repository, or all)."""
+    report = ScanReport()
+    with db.session() as session:
+        keys = series_keys(session, repository_id)
+    for number, key in enumerate(keys, 1):
+        with db.session() as session:
+            outcome = scan_series(session, key, full=True)
+            session.commit()
+        report.merge(outcome)
+        if progress is not None:
+            progress(number, len(keys), key, outcome)
+    return report
+
+
+def scan_series(session: Session, key: SeriesKey, *, full: bool) -> ScanReport:
+    series = load_series(session, key, last=None if full else DEFAULT_CONFIG.window)
+    report = ScanReport(series=1)
+    if key.is_hazard:
+        _hazard_alerts(session, series, report)
+        found: list[dict[str, Any]] = []
+    elif key.is_items:
+        found = _accuracy_alerts(session, series, report, full=full)
+    else:
+        points = [p.samples for p in series.points]
+        positions = [p.position for p in series.points]
+        changes = detect(points, positions) if full else detect_recent(points, positions)
+        found = []
+        for change in changes:
+            _record_performance_change(session, series, change, report)
+            found.append(_change_json(series, change))
+    _reclassify_waiting(session, series, report)
+    _save_state(session, series, found)
+    return report
+
+
+def _save_state(session: Session, series: Series, found: list[dict[str, Any]]) -> None:
+    state = session.scalar(select(DetectionState).where(DetectionState.series_key == series.key.digest))
+    if state is None:
+        state = DetectionState(series_key=series.key.digest, dirty=False)
+        session.add(state)
+    state.last_scanned_at = utcnow()
+    state.description = {"key": series.key.to_json(), "points": len(series.points),
+                         "ordered_by": series.ordered_by, "last_change_points": found}
+
+
+def _change_json(series: Series, change: ChangePoint) -> dict[str, Any]:
+    return {"index": change.index, "good": series.points[change.index - 1].sha,
+            "bad": series.points[change.index].sha, "relative_change": change.relative_change,
+            "p_value": change.p_value}
+
+
+# ---------------------------------------------------------------- alerts
+
+def is_regression(direction: str, relative_change: float) -> bool:
+    return relative_change < 0 if direction == "higher_is_better" else relative_change > 0
+
+
+def _series_changes(session: Session, key: SeriesKey) -> list[AlertChange]:
+    return list(session.scalars(
+        select(AlertChange).join(Alert, Alert.id == AlertChange.alert_id)
+        .where(Alert.repository_id == key.repository_id, Alert.branch == key.branch,
+               AlertChange.suite == key.suite, AlertChange.metric == key.metric,
+               AlertChange.platform == key.platform, AlertChange.context_fingerprint == key.context_fingerprint)
+        .order_by(AlertChange.id)))
+
+
+def _alert_group(session: Session, key: SeriesKey, kind: str, good_id: int | None, bad_id: int,
+                 regression: bool) -> tuple[Alert, bool]:
+    alert = session.scalar(select(Alert).where(
+        Alert.repository_id == key.repository_id, Alert.branch == key.branch, Alert.kind == kind,
+        Alert.good_commit_id == good_id if good_id is not None else Alert.good_commit_id.is_(None),
+        Alert.bad_commit_id == bad_id, Alert.is_regression.is_(regression)).limit(1))
+    if alert is not None:
+        return alert, False
+    alert = Alert(repository_id=key.repository_id, branch=key.branch, good_commit_id=good_id, bad_commit_id=bad_id,
+                  kind=kind, is_regression=regression, state=AlertState.new)
+    session.add(alert)
+    session.flush()
+    return alert, True
+
+
+def _suspects(series: Series, good_index: int | None, bad_index: int, session: Session) -> list[str]:
+    """Commits that may hold the change: every branch commit after the good one up to the bad one."""
+    bad = series.points[bad_index]
+    if series.ordered_by != "branch" or good_index is None:
+        return [bad.sha]
+    from app.models import Branch, BranchCommit
+    good = series.points[good_index]
+    rows = session.execute(
+        select(Commit.sha).join(BranchCommit, BranchCommit.commit_id == Commit.id)
+        .join(Branch, Branch.id == BranchCommit.branch_id)
+        .where(Branch.repository_id == series.key.repository_id, Branch.name == series.key.branch,
+               BranchCommit.active.is_(True), BranchCommit.position > good.position,
+               BranchCommit.position <= bad.position)
+        .order_by(BranchCommit.position).limit(MAX_SUSPECTS)).all()
+    return [sha for (sha,) in rows] or [bad.sha]
+
+
+def _new_change(session: Session, series: Series, *, kind: str, good_index: int | None, bad_index: int,
+                relative_change: float, before: float | None, after: float | None, p_value: float | None,
+                ci: tuple[float, float] | None, classification: str, details: dict[str, Any],
+                report: ScanReport) -> AlertChange:
+    key = series.key
+    regression = kind == "correctness" or is_regression(series.direction, relative_change)
+    good_id = series.points[good_index].commit_id if good_index is not None else None
+    bad = series.points[bad_index]
+    alert, created = _alert_group(session, key, kind, good_id, bad.commit_id, regression)
+    change = AlertChange(
+        alert_id=alert.id, suite=key.suite, metric=key.metric, platform=key.platform,
+        context_fingerprint=key.context_fingerprint, direction=series.direction,
+        relative_change=_finite(relative_change), ci_low=_finite(ci[0]) if ci else None,
+        ci_high=_finite(ci[1]) if ci else None, p_value=p_value, before_value=before, after_value=after,
+        classification=classification, is_regression=regression,
+        suspected_commits=_suspects(series, good_index, bad_index, session),
+        details={"good_position": series.points[good_index].position if good_index is not None else None,
+                 "bad_position": bad.position, "ordered_by": series.ordered_by, **details})
+    session.add(change)
+    alert.updated_at = utcnow()
+    session.flush()
+    report.created.append(change.id)
+    if regression:
+        _report_status(session, series, bad.sha, relative_change, classification, kind)
+    else:
+        _restore(session, series, change, report)
+    log.info("alert change recorded", extra={"px_alert": alert.id, "px_new_alert": created,
+                                             "px_metric": key.metric, "px_platform": key.platform})
+    return change
+
+
+def _finite(value: float) -> float:
+    if math.isfinite(value):
+        return value
+    return math.copysign(1e308, value)
+
+
+def _restore(session: Session, series: Series, improvement: AlertChange, report: ScanReport) -> None:
+    """An improvement that brings the level back to where an earlier open regression of the same
+    series started marks that regression restored, and its alert fixed once all are."""
+    for earlier in _series_changes(session, series.key):
+        if not earlier.is_regression or earlier.details.get("restored_by") or earlier.id == improvement.id:
+            continue
+        if (earlier.details.get("bad_position") or 0) > (improvement.details.get("bad_position") or 0):
+            continue
+        alert = earlier.alert
+        if alert.state not in OPEN_STATES and alert.state != AlertState.wont_fix:
+            continue
+        base = earlier.before_value
+        if base is None or improvement.after_value is None:
+            continue
+        scale = abs(base) or 1.0
+        # Back to within a quarter of the drop (or the minimum magnitude) of the old level.
+        tolerance = max(DEFAULT_CONFIG.min_relative, 0.25 * abs(earlier.relative_change))
+        if abs(improvement.after_value - base) / scale > tolerance and not (base == 0 and improvement.after_value == 0):
+            continue
+        earlier.details = {**earlier.details, "restored_by": improvement.id}
+        improvement.details = {**improvement.details, "restores": earlier.id}
+        if all(c.details.get("restored_by") for c in alert.changes if c.is_regression):
+            alert.state = AlertState.fixed
+            alert.updated_at = utcnow()
+            report.fixed.append(alert.id)
+
+
+def _report_status(session: Session, series: Series, sha: str, relative_change: float, classification: str,
+                   kind: str) -> None:
+    """A new regression turns the bad commit's status to failure (when the GitHub area exists)."""
+    if importlib.util.find_spec("app.github_status") is None:
+        return
+    github_status = importlib.import_module("app.github_status")
+    key = series.key
+    metric = key.metric[len("items:"):] + " accuracy" if key.is_items else key.metric
+    if kind == "correctness":
+        text = f"{metric} = {relative_change:g} on {key.platform} ({classification.replace('_', '-')})"
+    else:
+        text = f"{metric} {relative_change * 100:+.1f}% on {key.platform} ({classification.replace('_', '-')})"
+    github_status.set_status(session, repository_id=key.repository_id, sha=sha, platform=key.platform,
+                             suite=key.suite, state="failure", description=text[:140])
+
+
+def _existing_near(changes: list[AlertChange], bad_position: int, relative_change: float,
+                   tolerance: int) -> AlertChange | None:
+    for change in changes:
+        position = change.details.get("bad_position")
+        if position is None or abs(position - bad_position) > tolerance:
+            continue
+        if math.copysign(1, change.relative_change) == math.copysign(1, relative_change):
+            return change
+    return None
+
+
+def _record_performance_change(session: Session, series: Series, change: ChangePoint, report: ScanReport) -> None:
+    existing = _existing_near(_series_changes(session, series.key), series.points[change.index].position,
+                              change.relative_change, DEFAULT_CONFIG.min_segment)
+    stats = {"change": asdict(change)}
+    if existing is not None:
+        # The same change seen again with more data: refresh its numbers, keep its group.
+        existing.relative_change = _finite(change.relative_change)
+        existing.ci_low, existing.ci_high = _finite(change.ci_low), _finite(change.ci_high)
+        existing.p_value, existing.before_value, existing.after_value = change.p_value, change.before, change.after
+        existing.details = {**existing.details, **stats}
+        report.updated += 1
+        return
+    verdict, details = _classify(session, series, change, report)
+    _new_change(session, series, kind="performance", good_index=change.index - 1, bad_index=change.index,
+                relative_change=change.relative_change, before=change.before, after=change.after,
+                p_value=change.p_value, ci=(change.ci_low, change.ci_high), classification=verdict,
+                details={**stats, **details}, report=report)
+
+
+def _classify(session: Session, series: Series, change: ChangePoint,
+              report: ScanReport) -> tuple[str, dict[str, Any]]:
+    others = {platform: PlatformSeries([p.samples for p in s.points], [p.position for p in s.points])
+              for platform, s in sibling_series(session, series.key).items() if s.points}
+    own = PlatformSeries([p.samples for p in series.points], [p.position for p in series.points])
+    verdict = classify_change(series.key.platform, change, own, others)
+    details: dict[str, Any] = {"platforms": verdict.changed, "unchanged": verdict.unchanged,
+                               "missing": verdict.missing, "ambiguous": verdict.ambiguous,
+                               "comparison": verdict.details}
+    if verdict.missing:
+        details["confirm_jobs"] = _queue_confirmations(session, series, change, verdict.missing, report)
+    return verdict.kind, details
+
+
+def _queue_confirmations(session: Session, series: Series, change: ChangePoint, platforms: list[str],
+                         report: ScanReport) -> list[int]:
+    """Queue the missing platforms' jobs at both ends of the range, so the question answers itself."""
+    from app import queue
+    suite = session.scalar(select(Suite).where(Suite.name == series.key.suite))
+    repository = session.get(Repository, series.key.repository_id)
+    if suite is None or repository is None:
+        return []
+    job_ids = []
+    for platform in platforms:
+        if platform not in (suite.platforms or []):
+            continue
+        for point in (series.points[change.index - 1], series.points[change.index]):
+            commit = session.get(Commit, point.commit_id)
+            assert commit is not None
+            job, created = queue.enqueue(session, repository, commit, suite, platform, reason=JobReason.confirm)
+            if created:
+                job_ids.append(job.id)
+    report.confirm_jobs += job_ids
+    return job_ids
+
+
+def _reclassify_waiting(session: Session, series: Series, report: ScanReport) -> None:
+    """New data on this platform may settle other platforms' inconclusive changes."""
+    if series.key.is_items or series.key.is_hazard:
+        return
+    waiting = list(session.scalars(
+        select(AlertChange).join(Alert, Alert.id == AlertChange.alert_id)
+        .where(Alert.repository_id == series.key.repository_id, Alert.branch == series.key.branch,
+               Alert.kind == "performance", AlertChange.suite == series.key.suite,
+               AlertChange.metric == series.key.metric, AlertChange.platform != series.key.platform,
+               AlertChange.classification == "inconclusive")))
+    for row in waiting:
+        stored = row.details.get("change")
+        if not stored:
+            continue
+        key = SeriesKey(series.key.repository_id, series.key.branch, row.suite, row.metric, row.platform,
+                        row.context_fingerprint)
+        own = load_series(session, key)
+        index = next((i for i, p in enumerate(own.points) if p.position == stored["bad_position"]), None)
+        if index is None or index == 0:
+            continue
+        change = ChangePoint(**{**stored, "index": index})
+        verdict, details = _classify(session, own, change, ScanReport())
+        if verdict != "inconclusive" or details["missing"] != row.details.get("missing"):
+            row.classification = verdict
+            row.details = {**row.details, **details, "confirm_jobs": row.details.get("confirm_jobs", [])}
+            report.updated += 1
+
+
+# ---------------------------------------------------------------- accuracy and hazards
+
+def _accuracy_alerts(session: Session, series: Series, report: ScanReport, *, full: bool) -> list[dict[str, Any]]:
+    """Consecutive measured commits compared on their per-item vectors (latest run of each)."""
+    points = [p for p in series.points if p.correct and p.correct[-1]]
+    start = 1 if full else max(1, len(points) - DEFAULT_CONFIG.window)
+    existing = _series_changes(session, series.key)
+    found = []
+    for i in range(start, len(points)):
+        before, after = points[i - 1], points[i]
+        result = compare_accuracy(before.correct[-1], after.correct[-1])
+        delta = result.after - result.before
+        if result.p_value >= ACCURACY_ALPHA or abs(delta) < ACCURACY_MIN_DROP:
+            continue
+        found.append({"good": before.sha, "bad": after.sha, "difference": delta, "p_value": result.p_value})
+        if _existing_near(existing, after.position, delta, 0) is not None:
+            continue
+        index = series.points.index(after)
+        good_index = series.points.index(before)
+        relative = delta / result.before if result.before else delta
+        existing.append(_new_change(
+            session, series, kind="accuracy", good_index=good_index, bad_index=index, relative_change=relative,
+            before=result.before, after=result.after, p_value=result.p_value, ci=(result.ci_low, result.ci_high),
+            classification=_pointwise_classification(session, series, before, after, "accuracy"),
+            details={"method": result.method, "discordant": result.discordant, "difference": delta},
+            report=report))
+    return found
+
+
+def _hazard_alerts(session: Session, series: Series, report: ScanReport) -> None:
+    """Any hazard is a correctness failure: alert where the count turns positive, fix it where
+    it returns to zero."""
+    existing = _series_changes(session, series.key)
+    previous = None
+    for index, point in enumerate(series.points):
+        if not point.samples:
+            continue
+        count = max(point.samples)
+        before = None if previous is None else max(series.points[previous].samples)
+        if count > 0 and (before is None or before == 0):
+            if _existing_near(existing, point.position, 1.0, 0) is None:
+                existing.append(_new_change(
+                    session, series, kind="correctness", good_index=previous, bad_index=index,
+                    relative_change=float(count), before=before, after=float(count), p_value=None, ci=None,
+                    classification=_pointwise_classification(session, series, None, point, "hazard"),
+                    details={"hazards": count}, report=report))
+        elif count == 0 and before is not None and before > 0:
+            for change in existing:
+                alert = change.alert
+                if (change.is_regression and alert.kind == "correctness" and alert.state in OPEN_STATES
+                        and (change.details.get("bad_position") or 0) <= point.position
+                        and not change.details.get("restored_by")):
+                    change.details = {**change.details, "restored_by": f"hazards 0 at {point.sha}"}
+                    if all(c.details.get("restored_by") for c in alert.changes if c.is_regression):
+                        alert.state = AlertState.fixed
+                        alert.updated_at = utcnow()
+                        report.fixed.append(alert.id)
+        previous = index
+
+
+def _pointwise_classification(session: Session, series: Series, before: Any, after: Any, what: str) -> str:
+    """Did the other platforms show the same thing at the same commits?"""
+    others = sibling_series(session, series.key)
+    verdicts = []
+    for other in others.values():
+        at = {p.position: p for p in other.points}
+        new = at.get(after.position)
+        old = at.get(before.position) if before is not None else None
+        if new is None or (before is not None and old is None):
+            verdicts.append("missing")
+        elif what == "hazard":
+            verdicts.append("changed" if new.samples and max(new.samples) > 0 else "unchanged")
+        else:
+            if not (new.correct and old.correct):
+                verdicts.append("missing")
+                continue
+            result = compare_accuracy(old.correct[-1], new.correct[-1])
+            changed = result.p_value < ACCURACY_ALPHA and abs(result.after - result.before) >= ACCURACY_MIN_DROP
+            verdicts.append("changed" if changed else "unchanged")
+    if not verdicts or "missing" in verdicts:
+        return "inconclusive"
+    return "common" if all(v == "changed" for v in verdicts) else "platform_specific"
+
+
+DUTIES = [Duty("detection", scan_dirty, interval_s=5.0, lease_s=300.0)]

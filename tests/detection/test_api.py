@@ -1,0 +1,122 @@
+"""The series and alerts HTTP API, and `parallax detect`."""
+from __future__ import annotations
+
+import pytest
+from click.testing import CliRunner
+
+from app.detection_service import scan_dirty
+from tests.detection.builder import METRIC, SUITE, Builder, step
+from tests.service.helpers import admin_headers
+
+
+@pytest.fixture
+def build(db):  # type: ignore[no-untyped-def]
+    return Builder(db)
+
+
+@pytest.fixture
+def regression(build, db):  # type: ignore[no-untyped-def]
+    shas = build.branch(40)
+    build.history(shas, "rocm", step(40, 30, 1000.0, -0.18), seed=1)
+    build.history(shas, "cuda", step(40, 30, 3000.0, 0.0), seed=2)
+    scan_dirty(db)
+    return shas
+
+
+def series_url(**params: str) -> str:
+    query = {"repository": "demo/engine", "suite": SUITE, "metric": METRIC, "platform": "rocm", **params}
+    return "/api/v1/series?" + "&".join(f"{k}={v}" for k, v in query.items())
+
+
+def test_series_returns_every_sample_in_branch_order_with_change_points(client, regression):
+    body = client.get(series_url()).get_json()
+    assert body["branch"] == "main"
+    (series,) = body["series"]
+    assert series["ordered_by"] == "branch" and series["direction"] == "higher_is_better"
+    assert [p["commit"] for p in series["points"]] == regression
+    first = series["points"][0]
+    assert len(first["samples"]) == 3 and first["summary"]["n"] == 3
+    assert first["summary"]["min"] <= first["summary"]["median"] <= first["summary"]["max"]
+    (change,) = series["change_points"]
+    assert (change["good"], change["bad"]) == (regression[29], regression[30])
+    assert change["relative_change"] == pytest.approx(-0.18, abs=0.02)
+
+
+@pytest.mark.parametrize("missing", ["repository", "suite", "metric", "platform"])
+def test_series_names_a_missing_parameter(client, missing):
+    params = {"repository": "demo/engine", "suite": SUITE, "metric": METRIC, "platform": "rocm"}
+    del params[missing]
+    response = client.get("/api/v1/series?" + "&".join(f"{k}={v}" for k, v in params.items()))
+    assert response.status_code == 422 and response.get_json()["field"] == missing
+
+
+def test_series_of_an_unknown_repository_is_404(client):
+    assert client.get(series_url(repository="nobody/nothing")).status_code == 404
+
+
+def test_alerts_list_with_state_and_platform_filters(client, regression):
+    (alert,) = client.get("/api/v1/alerts").get_json()["alerts"]
+    assert alert["state"] == "new" and alert["is_regression"] and alert["kind"] == "performance"
+    assert (alert["good"], alert["bad"]) == (regression[29], regression[30])
+    (change,) = alert["changes"]
+    assert change["platform"] == "rocm" and change["classification"] == "platform_specific"
+    assert change["platforms"] == ["rocm"] and change["suspected_commits"] == [regression[30]]
+    assert client.get("/api/v1/alerts?platform=rocm").get_json()["alerts"] != []
+    assert client.get("/api/v1/alerts?platform=cuda").get_json()["alerts"] == []
+    assert client.get("/api/v1/alerts?state=fixed").get_json()["alerts"] == []
+    response = client.get("/api/v1/alerts?state=closed")
+    assert response.status_code == 422 and response.get_json()["field"] == "state"
+
+
+def test_an_admin_acknowledges_an_alert_with_a_note(client, regression):
+    (alert,) = client.get("/api/v1/alerts").get_json()["alerts"]
+    response = client.patch(f"/api/v1/alerts/{alert['id']}", json={"state": "acknowledged", "note": "barrier"},
+                            headers=admin_headers())
+    assert response.status_code == 200, response.get_json()
+    assert response.get_json()["state"] == "acknowledged" and response.get_json()["note"] == "barrier"
+    assert client.get("/api/v1/alerts?state=acknowledged").get_json()["alerts"][0]["id"] == alert["id"]
+
+
+def test_an_invalid_state_is_422_naming_the_field_and_changes_nothing(client, regression):
+    (alert,) = client.get("/api/v1/alerts").get_json()["alerts"]
+    response = client.patch(f"/api/v1/alerts/{alert['id']}", json={"state": "closed"}, headers=admin_headers())
+    assert response.status_code == 422 and response.get_json()["field"] == "state"
+    assert "acknowledged" in response.get_json()["detail"]
+    assert client.get("/api/v1/alerts").get_json()["alerts"][0]["state"] == "new"
+
+
+def test_patching_an_alert_needs_the_admin_token(client, regression):
+    (alert,) = client.get("/api/v1/alerts").get_json()["alerts"]
+    assert client.patch(f"/api/v1/alerts/{alert['id']}", json={"state": "invalid"}).status_code == 401
+    assert client.patch(f"/api/v1/alerts/{alert['id']}", json={"state": "invalid"},
+                        headers={"Authorization": "Bearer wrong"}).status_code == 401
+
+
+def test_patching_an_unknown_alert_is_404(client):
+    assert client.patch("/api/v1/alerts/999", json={"state": "invalid"}, headers=admin_headers()).status_code == 404
+
+
+def test_parallax_detect_rescan_prints_progress_and_a_summary(build, db, database_url, tmp_path):
+    from app.cli import main
+    shas = build.branch(40)
+    build.history(shas, "rocm", step(40, 30, 1000.0, -0.18), seed=1)
+    config = tmp_path / "parallax.toml"
+    config.write_text('[[repositories]]\nname = "demo/engine"\nurl = "https://github.com/demo/engine.git"\n')
+    env = {"PARALLAX_DATABASE_URL": database_url, "PARALLAX_CONFIG": str(config)}
+    result = CliRunner().invoke(main, ["detect", "--rescan", "--repository", "demo/engine"], env=env,
+                                catch_exceptions=False)
+    assert result.exit_code == 0, result.output
+    assert "[1/1] decode-throughput output_throughput on rocm (main): 1 new" in result.output
+    assert "alerts: 1 new performance regressions" in result.output
+    assert f"on rocm (inconclusive) at {shas[30][:12]}" in result.output
+    again = CliRunner().invoke(main, ["detect"], env=env, catch_exceptions=False)
+    assert "0 changes recorded" in again.output
+
+
+def test_parallax_detect_refuses_an_unknown_repository(database_url, tmp_path):
+    from app.cli import main
+    config = tmp_path / "parallax.toml"
+    config.write_text("")
+    env = {"PARALLAX_DATABASE_URL": database_url, "PARALLAX_CONFIG": str(config)}
+    result = CliRunner().invoke(main, ["detect", "--rescan", "--repository", "nobody/nothing"], env=env)
+    assert result.exit_code != 0 and "unknown repository 'nobody/nothing'" in result.output

@@ -1,0 +1,276 @@
+"""Detection as a service: series building, dirty marking, incremental scans, classification
+across platforms, confirmation jobs, alert grouping and states, accuracy and hazard alerts.
+Runs on SQLite and PostgreSQL (the `db` fixture)."""
+from __future__ import annotations
+
+import math
+from dataclasses import replace
+
+import pytest
+from scipy import stats
+from sqlalchemy import func, select
+
+from app import detection_service
+from app.detection_service import rescan, scan_dirty
+from app.models import (Alert, AlertChange, AlertState, BranchCommit, Commit, CommitStatusUpdate, DetectionState,
+                        Job, JobReason)
+from app.series import SeriesKey, load_series
+from tests.detection.builder import METRIC, SUITE, Builder, step
+from tests.service.helpers import SHA_A, claim, document, queue_jobs, raw, register
+
+
+@pytest.fixture
+def build(db):  # type: ignore[no-untyped-def]
+    return Builder(db)
+
+
+def key(build: Builder, platform: str = "rocm", metric: str = METRIC, branch: str = "main") -> SeriesKey:
+    return SeriesKey(build.repository_id, branch, SUITE, metric, platform, f"fp-{platform}")
+
+
+def changes(db) -> list[AlertChange]:  # type: ignore[no-untyped-def]
+    with db.session() as session:
+        rows = list(session.scalars(select(AlertChange).order_by(AlertChange.id)))
+        for row in rows:
+            _ = row.alert.state
+        return rows
+
+
+# ---------------------------------------------------------------- series and marking
+
+def test_a_stored_results_document_marks_its_series_dirty(client, app, db):
+    queue_jobs(client, SHA_A, suite="decode-throughput", platform="cpu")
+    headers = register(client, app, "cpu")
+    job = claim(client, headers).get_json()["job"]
+    assert client.post(f"/api/v1/jobs/{job['id']}/complete", data=raw(document()), headers=headers).status_code == 201
+    with db.session() as session:
+        states = list(session.scalars(select(DetectionState)))
+    assert {s.description["key"]["metric"] for s in states} == {"output_throughput", "itl_p50", "items:gsm8k"}
+    assert all(s.dirty for s in states)
+    assert {s.description["key"]["branch"] for s in states} == {"main"}
+
+
+def test_a_document_with_nan_is_refused_before_storage_and_marks_nothing(client, app, db):
+    queue_jobs(client, SHA_A, suite="decode-throughput", platform="cpu")
+    headers = register(client, app, "cpu")
+    job = claim(client, headers).get_json()["job"]
+    body = raw(document()).replace(b"1210.4", b"NaN")
+    assert client.post(f"/api/v1/jobs/{job['id']}/complete", data=body, headers=headers).status_code == 422
+    with db.session() as session:
+        assert session.scalar(select(func.count()).select_from(DetectionState)) == 0
+
+
+def test_points_follow_the_branch_history_not_the_order_results_arrived(build, db):
+    shas = build.branch(5)
+    for value in reversed(shas):                   # newest commit measured first
+        build.result(value, "rocm", [float(shas.index(value))])
+    build.result(shas[2], "rocm", [2.5])           # a rerun adds samples to the same point
+    with db.session() as session:
+        series = load_series(session, key(build))
+    assert series.ordered_by == "branch"
+    assert [p.sha for p in series.points] == shas
+    assert [p.position for p in series.points] == [0, 1, 2, 3, 4]
+    assert series.points[2].samples == [2.0, 2.5] and len(series.points[2].run_ids) == 2
+
+
+def test_commits_dropped_by_a_force_push_leave_the_series(build, db):
+    shas = build.branch(4)
+    for i, value in enumerate(shas):
+        build.result(value, "rocm", [float(i)])
+    with db.session() as session:
+        commit_id = session.scalar(select(Commit.id).where(Commit.sha == shas[3]))
+        session.query(BranchCommit).filter(BranchCommit.commit_id == commit_id).update({"active": False})
+    with db.session() as session:
+        assert [p.sha for p in load_series(session, key(build)).points] == shas[:3]
+
+
+def test_without_branch_history_points_follow_the_queue_order(build, db):
+    first, second, third = "1" * 40, "2" * 40, "3" * 40
+    for value in (first, second, third):
+        build.result(value, "rocm", [1.0])
+    with db.session() as session:
+        series = load_series(session, key(build))
+    assert series.ordered_by == "queue"
+    assert [p.sha for p in series.points] == [first, second, third]
+
+
+# ---------------------------------------------------------------- performance alerts
+
+def two_platform_history(build: Builder, *, rocm_change: float, cuda_change: float, n: int = 40, at: int = 30,
+                         cuda_until: int | None = None) -> list[str]:
+    shas = build.branch(n)
+    build.history(shas, "rocm", step(n, at, 1000.0, rocm_change), seed=1)
+    cuda_shas = shas[:cuda_until] if cuda_until is not None else shas
+    build.history(cuda_shas, "cuda", step(len(cuda_shas), at, 3000.0, cuda_change), seed=2)
+    return shas
+
+
+def test_a_rocm_only_slowdown_is_one_platform_specific_regression(build, db):
+    shas = two_platform_history(build, rocm_change=-0.18, cuda_change=0.0)
+    scan_dirty(db)
+    (change,) = changes(db)
+    assert change.platform == "rocm" and change.is_regression and change.classification == "platform_specific"
+    assert change.relative_change == pytest.approx(-0.18, abs=0.02)
+    assert change.ci_low < change.relative_change < change.ci_high and change.p_value < 1e-3
+    assert change.suspected_commits == [shas[30]]
+    assert change.alert.state == AlertState.new and change.alert.kind == "performance"
+    with db.session() as session:
+        alert = session.get(Alert, change.alert_id)
+        assert (session.get(Commit, alert.good_commit_id).sha, session.get(Commit, alert.bad_commit_id).sha) == \
+            (shas[29], shas[30])
+
+
+def test_scanning_again_and_rescanning_do_not_duplicate_alerts(build, db):
+    two_platform_history(build, rocm_change=-0.18, cuda_change=0.0)
+    scan_dirty(db)
+    report = rescan(db)
+    assert report.created == [] and report.updated >= 1
+    assert len(changes(db)) == 1
+    with db.session() as session:
+        assert session.scalar(select(func.count()).select_from(DetectionState).where(DetectionState.dirty)) == 0
+
+
+def test_a_change_on_both_platforms_is_common_and_grouped_in_one_alert(build, db):
+    two_platform_history(build, rocm_change=-0.15, cuda_change=-0.15)
+    scan_dirty(db)
+    rows = changes(db)
+    assert sorted(c.platform for c in rows) == ["cuda", "rocm"]
+    assert {c.classification for c in rows} == {"common"}
+    assert len({c.alert_id for c in rows}) == 1
+
+
+def test_the_suspects_span_the_unmeasured_commits_of_the_range(build, db):
+    shas = build.branch(60)
+    measured = shas[::2]                            # every other commit measured
+    build.history(measured, "rocm", step(30, 20, 1000.0, -0.2), seed=3)
+    scan_dirty(db)
+    (change,) = changes(db)
+    assert change.suspected_commits == [shas[39], shas[40]]
+
+
+def test_an_inconclusive_change_queues_the_other_platform_at_both_ends(build, db):
+    shas = two_platform_history(build, rocm_change=-0.18, cuda_change=0.0, cuda_until=25)
+    report = scan_dirty(db)
+    (change,) = changes(db)
+    assert change.classification == "inconclusive" and change.details["missing"] == ["cuda"]
+    with db.session() as session:
+        jobs = list(session.scalars(select(Job).where(Job.reason == JobReason.confirm).order_by(Job.id)))
+        assert [(session.get(Commit, j.commit_id).sha, j.platform) for j in jobs] == \
+            [(shas[29], "cuda"), (shas[30], "cuda")]
+    assert sorted(report.confirm_jobs) == [j.id for j in jobs]
+    # The confirmation results arrive: the question answers itself.
+    build.history([shas[29], shas[30]], "cuda", [3000.0, 3000.0], seed=4, repeats=5)
+    scan_dirty(db)
+    (change,) = changes(db)
+    assert change.classification == "platform_specific"
+
+
+def test_an_improvement_is_recorded_but_not_alarmed(build, db, settings):
+    from app.github_status import use_settings
+    shas = build.branch(40)
+    build.history(shas, "rocm", step(40, 30, 1000.0, +0.2), seed=5)
+    with use_settings(replace(settings, github_token="t")):
+        scan_dirty(db)
+    (change,) = changes(db)
+    assert not change.is_regression and not change.alert.is_regression
+    with db.session() as session:
+        assert session.scalar(select(func.count()).select_from(CommitStatusUpdate)
+                              .where(CommitStatusUpdate.state == "failure")) == 0
+
+
+def test_a_new_regression_turns_the_bad_commit_status_to_failure(build, db, settings):
+    from app.github_status import use_settings
+    shas = two_platform_history(build, rocm_change=-0.18, cuda_change=0.0)
+    with use_settings(replace(settings, github_token="t")):
+        scan_dirty(db)
+    with db.session() as session:
+        (status,) = session.scalars(select(CommitStatusUpdate).where(CommitStatusUpdate.state == "failure"))
+    assert status.sha == shas[30] and "rocm" in status.context
+    assert status.description.startswith(f"{METRIC} -1") and status.description.endswith("on rocm (platform-specific)")
+
+
+def test_a_later_change_that_restores_the_level_marks_the_regression_fixed(build, db):
+    shas = build.branch(60)
+    levels = [1000.0 if i < 25 or i >= 45 else 850.0 for i in range(60)]
+    build.history(shas[:40], "rocm", levels[:40], seed=6)
+    scan_dirty(db)
+    (regression,) = changes(db)
+    assert regression.is_regression and regression.alert.state == AlertState.new
+    build.history(shas[40:], "rocm", levels[40:], seed=7)
+    report = scan_dirty(db)
+    rows = changes(db)
+    assert [c.is_regression for c in rows] == [True, False]
+    assert rows[0].alert.state == AlertState.fixed and report.fixed == [rows[0].alert_id]
+    assert rows[1].details["restores"] == rows[0].id
+
+
+def test_a_wrong_direction_metric_counts_increases_as_regressions(build, db):
+    shas = build.branch(40)
+    build.history(shas, "rocm", step(40, 30, 8.0, +0.25), seed=8, metric="itl_p50", direction="lower_is_better")
+    scan_dirty(db)
+    (change,) = changes(db)
+    assert change.metric == "itl_p50" and change.is_regression and change.relative_change > 0
+
+
+@pytest.mark.parametrize("levels", [
+    [1000.0] * 5,                                      # too few points
+    [1000.0] * 40,                                     # all equal
+])
+def test_bad_series_give_no_alert(build, db, levels):
+    shas = build.branch(len(levels))
+    for value, level in zip(shas, levels):
+        build.result(value, "rocm", [level, level])
+    report = scan_dirty(db)
+    assert report.series >= 1 and changes(db) == []
+
+
+# ---------------------------------------------------------------- accuracy and hazards
+
+def vectors(correct: int, total: int = 200, flip_from: int = 0) -> list[int]:
+    return [1 if (i + flip_from) % total < correct else 0 for i in range(total)]
+
+
+def test_an_accuracy_drop_is_found_with_the_paired_exact_mcnemar_test(build, db):
+    shas = build.branch(6)
+    good = [1] * 160 + [0] * 40
+    bad = [1] * 120 + [0] * 80                          # 40 items right before, wrong after
+    for i, value in enumerate(shas):
+        build.result(value, "rocm", items=good if i < 4 else bad, extra={"accuracy": [0.8]})
+    scan_dirty(db)
+    (change,) = [c for c in changes(db) if c.metric == "items:gsm8k"]
+    assert change.alert.kind == "accuracy" and change.is_regression
+    assert change.details["method"] == "mcnemar_exact" and change.details["discordant"] == [40, 0]
+    assert change.p_value == pytest.approx(stats.binomtest(0, 40, 0.5).pvalue)
+    assert change.details["difference"] == pytest.approx(-0.2)
+
+
+def test_equal_accuracy_with_different_items_raises_nothing(build, db):
+    shas = build.branch(6)
+    for i, value in enumerate(shas):
+        build.result(value, "rocm", items=vectors(160, flip_from=i * 3))
+    scan_dirty(db)
+    assert changes(db) == []
+
+
+def test_a_hazard_count_above_zero_is_a_correctness_alert_until_it_returns_to_zero(build, db):
+    shas = build.branch(6)
+    for i, value in enumerate(shas[:4]):
+        build.result(value, "cuda-sim", [0.0], metric="stream_hazards", direction="lower_is_better")
+        build.result(value, "rocm-sim", [0.0 if i < 3 else 2.0], metric="stream_hazards",
+                     direction="lower_is_better")
+    scan_dirty(db)
+    (change,) = changes(db)
+    assert change.alert.kind == "correctness" and change.platform == "rocm-sim" and change.after_value == 2.0
+    assert change.classification == "platform_specific"
+    for value in shas[4:]:
+        build.result(value, "rocm-sim", [0.0], metric="stream_hazards", direction="lower_is_better")
+    scan_dirty(db)
+    (change,) = changes(db)
+    assert change.alert.state == AlertState.fixed
+
+
+def test_the_detection_duty_is_registered_for_the_background_loop():
+    from app.background import all_duties
+    assert any(d.name == "detection" and d.run is scan_dirty for d in all_duties())
+    assert detection_service.DUTIES[0].name == "detection"
+    assert math.isfinite(detection_service.DUTIES[0].interval_s)
