@@ -144,3 +144,20 @@ def test_cancel_from_the_service_stops_the_command_promptly(harness: Harness):
     assert job["failure_reason"] == "cancelled by the service"
     assert not pid_alive(started["pid"])
     assert harness.wait_exit(proc) == 0
+
+
+def test_heartbeats_keep_a_job_longer_than_its_lease_and_logs_stream_while_it_runs(harness: Harness):
+    job_id = harness.enqueue(harness.shas[0])
+    proc = harness.start_runner("r1", "--once", mode="block")
+    harness.marker("started")
+    # Output reaches the service while the command is still running, not at the end.
+    wait_for(lambda: "fake suite: mode block" in harness.job(job_id)["log"], 10, "the first output line")
+    rival = harness.start_runner("r2", mode="ok")  # claims (and reaps expired leases) all the while
+    time.sleep(3 * 3)  # three leases
+    (harness.control / "release").touch()
+    job = harness.wait_job(job_id, ("succeeded", "failed"), proc=proc)
+    assert job["state"] == "succeeded" and job["attempt"] == 1
+    [run] = harness.runs(job_id)
+    assert run["runner_id"] == harness.runner_ids()["r1"]
+    rival.send_signal(signal.SIGTERM)
+    assert harness.wait_exit(rival) == 0 and harness.wait_exit(proc) == 0
