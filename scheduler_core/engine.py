@@ -9,7 +9,7 @@ from typing import Callable, Sequence
 import torch
 
 from scheduler_core.batch import FinishReason, Req
-from scheduler_core.model.loader import load_model
+from scheduler_core.model.loader import LoadedModel, load_model
 from scheduler_core.policy import POLICIES
 from scheduler_core.sampling import SamplingParams
 from scheduler_core.scheduler import Scheduler, SchedulerConfig
@@ -31,7 +31,7 @@ class GenerateOutput:
 
 
 class Engine:
-    def __init__(self, model: str = "smollm2-135m", device: str = "cpu", max_running_requests: int = 32,
+    def __init__(self, model: str | LoadedModel = "smollm2-135m", device: str = "cpu", max_running_requests: int = 32,
                  kv_tokens: int = 16384, chunked_prefill_size: int | None = 1024, max_prefill_tokens: int = 4096,
                  schedule_policy: str = "fcfs", enable_radix_cache: bool = True,
                  dtype: torch.dtype = torch.float32, seed: int = 0, check_invariants: bool = True,
@@ -45,9 +45,11 @@ class Engine:
         if num_threads is not None:
             # On a shared CPU, fewer intra-op threads than cores avoids OpenMP spin-wait stalls.
             torch.set_num_threads(num_threads)
-        self.model_name = model
         self.device = torch.device(device)
-        self.loaded = load_model(model, self.device, dtype, seed)
+        if isinstance(model, LoadedModel):  # share one loaded model between engines (tests, benches)
+            self.loaded, self.model_name = model, model.source
+        else:
+            self.loaded, self.model_name = load_model(model, self.device, dtype, seed), model
         self.tokenizer = self.loaded.tokenizer
         self.config = SchedulerConfig(
             max_running_requests=max_running_requests, kv_tokens=kv_tokens,
@@ -66,6 +68,10 @@ class Engine:
                 "schedule_policy": c.schedule_policy, "radix_cache": c.enable_radix_cache,
                 "device": str(self.device), "dtype": str(next(self.loaded.model.parameters()).dtype),
                 "overlap": False, "num_threads": torch.get_num_threads()}
+
+    def flush_cache(self) -> None:
+        """Drop every unlocked prefix-cache entry (between benchmark repeats)."""
+        self.scheduler.pools.tree.evict(self.config.kv_tokens)
 
     def validate(self, prompt_ids: list[int], params: SamplingParams) -> None:
         """Raises ValueError naming the problem with one request."""

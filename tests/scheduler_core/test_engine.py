@@ -84,7 +84,7 @@ def test_top_k_one_is_greedy(tiny: Engine) -> None:
 
 @pytest.mark.parametrize("prompt, params, needle", [
     ("", SamplingParams(max_new_tokens=4), "empty prompt"),
-    ("x" * 1100, SamplingParams(max_new_tokens=4), "longer than the model context"),
+    ("x" * 4100, SamplingParams(max_new_tokens=4), "longer than the model context"),
     ("hello", SamplingParams(max_new_tokens=0), "max_new_tokens"),
     ("hello", SamplingParams(max_new_tokens=-3), "max_new_tokens"),
     ("hello", SamplingParams(max_new_tokens=4, top_p=0.0), "top_p"),
@@ -109,9 +109,9 @@ def test_bad_engine_settings() -> None:
 
 def test_context_limit_finishes_with_length() -> None:
     engine = tiny_engine()
-    prompt = "y" * 1020  # context is 1024
+    prompt = "y" * 4092  # context is 4096
     out = engine.generate([prompt], SamplingParams(max_new_tokens=50, ignore_eos=True))[0]
-    assert out.finish_reason.kind == "length" and len(out.prompt_ids) + len(out.output_ids) == 1024
+    assert out.finish_reason.kind == "length" and len(out.prompt_ids) + len(out.output_ids) == 4096
 
 
 def test_lone_request_larger_than_the_pool_is_aborted_cleanly() -> None:

@@ -1,0 +1,116 @@
+"""Engine (continuous batching) against transformers `generate` (static batches), same prompts, one run.
+
+The same GSM8k questions ("Question: …\\nAnswer:") with seeded output lengths, SmolLM2-135M fp32 on
+this CPU. Both sides produce exactly the seeded number of tokens per prompt (EOS ignored); a static
+batch runs until its longest member is done, which is the cost continuous batching avoids. Prints
+useful output tokens/s for both and the ratio; writes JSON to bench/results/.
+
+    .venv/bin/python bench/engine_vs_transformers.py [--prompts 64] [--batch-size 16] [--threads 1]
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import random
+import sys
+import time
+from pathlib import Path
+
+import torch
+from tqdm import tqdm
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+from scheduler_core.engine import Engine  # noqa: E402
+from scheduler_core.jobs.gsm8k import load_jsonl, resolve_data  # noqa: E402
+from scheduler_core.jobs.results import current_commit, environment  # noqa: E402
+from scheduler_core.model.loader import smollm2_gguf_path  # noqa: E402
+from scheduler_core.sampling import SamplingParams  # noqa: E402
+
+
+def run_engine(prompts: list[str], lengths: list[int], batch_size: int) -> dict:
+    load = time.perf_counter()
+    engine = Engine(model="smollm2-135m", max_running_requests=batch_size, kv_tokens=16384,
+                    chunked_prefill_size=1024)
+    load = time.perf_counter() - load
+    params = [SamplingParams(max_new_tokens=n, ignore_eos=True) for n in lengths]
+    bar = tqdm(total=len(prompts), desc="engine", file=sys.stderr)
+    start = time.perf_counter()
+    outs = engine.generate(prompts, params, on_finish=lambda _: bar.update())
+    wall = time.perf_counter() - start
+    bar.close()
+    tokens = sum(len(o.output_ids) for o in outs)
+    assert tokens == sum(lengths), "the engine must produce exactly the seeded lengths"
+    return {"output_tokens": tokens, "wall_s": wall, "tok_s": tokens / wall, "load_s": load,
+            "outputs": [o.output_ids for o in outs]}
+
+
+def run_transformers(prompts: list[str], lengths: list[int], batch_size: int) -> dict:
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    path = smollm2_gguf_path()
+    load = time.perf_counter()
+    model = AutoModelForCausalLM.from_pretrained(str(path.parent), gguf_file=path.name, dtype=torch.float32).eval()
+    tokenizer = AutoTokenizer.from_pretrained(str(path.parent), gguf_file=path.name)
+    load = time.perf_counter() - load
+    tokenizer.padding_side = "left"
+    if tokenizer.pad_token is None:
+        tokenizer.pad_token = tokenizer.eos_token
+    useful, computed, outputs = 0, 0, []
+    start = time.perf_counter()
+    for i in tqdm(range(0, len(prompts), batch_size), desc="transformers", file=sys.stderr):
+        chunk, want = prompts[i: i + batch_size], lengths[i: i + batch_size]
+        enc = tokenizer(chunk, return_tensors="pt", padding=True, add_special_tokens=False)
+        longest = max(want)
+        with torch.inference_mode():
+            out = model.generate(**enc, max_new_tokens=longest, min_new_tokens=longest, do_sample=False,
+                                 pad_token_id=tokenizer.pad_token_id)
+        new = out[:, enc.input_ids.shape[1]:]
+        outputs += [row[:n].tolist() for row, n in zip(new, want)]
+        useful += sum(want)
+        computed += new.numel()
+    wall = time.perf_counter() - start
+    return {"output_tokens": useful, "computed_tokens": computed, "wall_s": wall, "tok_s": useful / wall,
+            "load_s": load, "outputs": outputs}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--prompts", type=int, default=64)
+    parser.add_argument("--batch-size", type=int, default=16, help="engine max running requests = HF batch size")
+    parser.add_argument("--min-output", type=int, default=16)
+    parser.add_argument("--max-output", type=int, default=128)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--threads", type=int, default=None, help="torch threads for both sides")
+    parser.add_argument("--data", help="GSM8k directory (default: PARALLAX_GSM8K, the cache, or ../shared)")
+    args = parser.parse_args()
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    shared = REPO.parent / "shared" / "data" / "gsm8k"
+    data = resolve_data(args.data or (str(shared) if shared.is_dir() else None))
+    questions = load_jsonl(data / "test.jsonl")[: args.prompts]
+    prompts = [f"Question: {q['question']}\nAnswer:" for q in questions]
+    rng = random.Random(args.seed)
+    lengths = [rng.randint(args.min_output, args.max_output) for _ in prompts]
+    print(f"{len(prompts)} prompts, output lengths {args.min_output}-{args.max_output} (seed {args.seed}, "
+          f"{sum(lengths)} tokens), batch {args.batch_size}, torch threads {torch.get_num_threads()}", file=sys.stderr)
+    engine = run_engine(prompts, lengths, args.batch_size)
+    hf = run_transformers(prompts, lengths, args.batch_size)
+    same = sum(a == b for a, b in zip(engine.pop("outputs"), hf.pop("outputs")))
+    ratio = engine["tok_s"] / hf["tok_s"]
+    result = {"prompts": len(prompts), "batch_size": args.batch_size, "seed": args.seed,
+              "output_lengths": [args.min_output, args.max_output], "threads": torch.get_num_threads(),
+              "engine": engine, "transformers": hf, "ratio": ratio, "identical_outputs": same,
+              "commit": current_commit(), "environment": environment()}
+    out_dir = REPO / "bench" / "results"
+    out_dir.mkdir(parents=True, exist_ok=True)
+    (out_dir / "engine_vs_transformers.json").write_text(json.dumps(result, indent=1))
+    print(f"{'side':<14}{'output tok':>12}{'wall s':>10}{'tok/s':>10}")
+    print(f"{'engine':<14}{engine['output_tokens']:>12}{engine['wall_s']:>10.1f}{engine['tok_s']:>10.1f}")
+    print(f"{'transformers':<14}{hf['output_tokens']:>12}{hf['wall_s']:>10.1f}{hf['tok_s']:>10.1f}")
+    print(f"ratio engine/transformers: {ratio:.2f}x; identical greedy outputs: {same}/{len(prompts)}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,50 @@
+"""What both jobs share: engine command-line options, repeats, progress lines and percentiles."""
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+
+import numpy as np
+
+from scheduler_core.engine import Engine
+
+
+def add_engine_args(parser: argparse.ArgumentParser, *, max_running: int, kv_tokens: int) -> None:
+    parser.add_argument("--model", default="smollm2-135m",
+                        help="smollm2-135m, tiny-random (seeded, for fast tests), a .gguf file or an HF directory")
+    parser.add_argument("--device", default="cpu")
+    parser.add_argument("--max-running-requests", type=int, default=max_running)
+    parser.add_argument("--kv-tokens", type=int, default=kv_tokens)
+    parser.add_argument("--chunked-prefill-size", type=int, default=1024)
+    parser.add_argument("--schedule-policy", default="fcfs", choices=["fcfs", "lpm"])
+    parser.add_argument("--no-radix-cache", action="store_true")
+    parser.add_argument("--threads", type=int, default=int(os.environ.get("PARALLAX_THREADS", 0)) or None,
+                        help="torch intra-op threads (default: $PARALLAX_THREADS, else torch's default)")
+
+
+def make_engine(args: argparse.Namespace) -> Engine:
+    log(f"loading model {args.model} on {args.device}")
+    start = time.perf_counter()
+    engine = Engine(model=args.model, device=args.device, max_running_requests=args.max_running_requests,
+                    kv_tokens=args.kv_tokens, chunked_prefill_size=args.chunked_prefill_size or None,
+                    schedule_policy=args.schedule_policy, enable_radix_cache=not args.no_radix_cache,
+                    num_threads=args.threads)
+    log(f"model loaded in {time.perf_counter() - start:.1f}s")
+    return engine
+
+
+def repeats(default: int = 3) -> int:
+    value = int(os.environ.get("PARALLAX_REPEATS", default))
+    if value <= 0:
+        raise SystemExit(f"PARALLAX_REPEATS must be a positive integer, got {value}")
+    return value
+
+
+def log(message: str) -> None:
+    print(f"[{time.strftime('%H:%M:%S')}] {message}", file=sys.stderr, flush=True)
+
+
+def percentile(values: list[float], q: float) -> float:
+    return float(np.percentile(np.asarray(values, dtype=np.float64), q)) if values else 0.0

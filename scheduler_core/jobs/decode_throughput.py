@@ -1,0 +1,108 @@
+"""Decode-throughput job: one-batch mode (fixed batch/input/output lengths, median decode step → tok/s)
+or serving mode (N requests with seeded random lengths through continuous batching → output
+throughput, TTFT and ITL p50/p99, TPOT). Writes the results document to $PARALLAX_RESULTS.
+
+    python -m scheduler_core.jobs.decode_throughput [--mode serving|one-batch] [--model tiny-random]
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import random
+import statistics
+import sys
+import time
+
+from scheduler_core.engine import Engine
+from scheduler_core.jobs.common import add_engine_args, log, make_engine, percentile, repeats
+from scheduler_core.jobs.results import Metric, build_document, current_commit, write_document
+from scheduler_core.sampling import SamplingParams
+
+SUITE = "decode-throughput"
+
+
+def random_prompts(engine: Engine, count: int, lengths: list[int], seed: int) -> list[list[int]]:
+    """Random token-id prompts (below 1000: ordinary tokens in any byte-level vocab), no shared prefixes."""
+    rng = random.Random(seed)
+    top = min(engine.loaded.config.vocab_size, 1000)
+    return [[rng.randrange(1, top) for _ in range(length)] for length in lengths[:count]]
+
+
+def one_batch(engine: Engine, args: argparse.Namespace, seed: int) -> dict[str, float]:
+    prompts = random_prompts(engine, args.batch_size, [args.input_len] * args.batch_size, seed)
+    params = SamplingParams(max_new_tokens=args.output_len, ignore_eos=True)
+    engine.flush_cache()
+    first = len(engine.scheduler.steps)
+    engine.generate(prompts, params)
+    steps = [s.seconds for s in engine.scheduler.steps[first:]
+             if s.mode == "decode" and s.batch_size == args.batch_size]
+    median = statistics.median(steps)
+    return {"decode_throughput": args.batch_size / median, "step_latency_p50": median * 1e3}
+
+
+def serving(engine: Engine, args: argparse.Namespace, seed: int) -> dict[str, float]:
+    rng = random.Random(seed)
+    inputs = [rng.randint(min(args.min_input_len, args.input_len), args.input_len) for _ in range(args.num_prompts)]
+    outputs = [rng.randint(min(args.min_output_len, args.output_len), args.output_len)
+               for _ in range(args.num_prompts)]
+    prompts = random_prompts(engine, args.num_prompts, inputs, seed)
+    params = [SamplingParams(max_new_tokens=n, ignore_eos=True) for n in outputs]
+    engine.flush_cache()
+    start = time.perf_counter()
+    outs = engine.generate(prompts, params)
+    wall = time.perf_counter() - start
+    tokens = sum(len(o.output_ids) for o in outs)
+    ttft = [o.ttft_s * 1e3 for o in outs if o.ttft_s is not None]
+    itl = [gap * 1e3 for o in outs for gap in o.itl_s]
+    tpot = [sum(o.itl_s) / len(o.itl_s) * 1e3 for o in outs if o.itl_s]
+    return {"output_throughput": tokens / wall, "ttft_p50": percentile(ttft, 50), "ttft_p99": percentile(ttft, 99),
+            "itl_p50": percentile(itl, 50), "itl_p99": percentile(itl, 99), "tpot": statistics.mean(tpot)}
+
+
+UNITS = {"decode_throughput": ("tok/s", "higher_is_better"), "step_latency_p50": ("ms", "lower_is_better"),
+         "output_throughput": ("tok/s", "higher_is_better"), "ttft_p50": ("ms", "lower_is_better"),
+         "ttft_p99": ("ms", "lower_is_better"), "itl_p50": ("ms", "lower_is_better"),
+         "itl_p99": ("ms", "lower_is_better"), "tpot": ("ms", "lower_is_better")}
+
+
+def main(argv: list[str] | None = None) -> dict:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--mode", choices=["serving", "one-batch"], default="serving")
+    parser.add_argument("--batch-size", type=int, default=8, help="one-batch mode: requests in the batch")
+    parser.add_argument("--num-prompts", type=int, default=32, help="serving mode: number of requests")
+    parser.add_argument("--input-len", type=int, default=128, help="input length (serving: the maximum)")
+    parser.add_argument("--output-len", type=int, default=64, help="output length (serving: the maximum)")
+    parser.add_argument("--min-input-len", type=int, default=16)
+    parser.add_argument("--min-output-len", type=int, default=8)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--output", help="write the document here instead of $PARALLAX_RESULTS")
+    add_engine_args(parser, max_running=32, kv_tokens=16384)
+    args = parser.parse_args(argv)
+    engine = make_engine(args)
+    run = one_batch if args.mode == "one-batch" else serving
+    log("warm-up run")
+    run(engine, args, args.seed)
+    samples: dict[str, list[float]] = {}
+    count = repeats()
+    for i in range(count):
+        values = run(engine, args, args.seed + 1 + i)
+        for name, value in values.items():
+            samples.setdefault(name, []).append(value)
+        log(f"repeat {i + 1}/{count}: " + ", ".join(f"{k}={v:.2f}" for k, v in values.items()))
+    metrics = [Metric(name, *UNITS[name], values) for name, values in samples.items()]
+    context = {**engine.settings(), "mode": args.mode, "batch_size": args.batch_size if args.mode == "one-batch"
+               else args.max_running_requests, "input_len": args.input_len, "output_len": args.output_len,
+               "repeats": count, "seed": args.seed, "commit": current_commit()}
+    if args.mode == "serving":
+        context.update(num_prompts=args.num_prompts, min_input_len=args.min_input_len,
+                       min_output_len=args.min_output_len)
+    doc = build_document(SUITE, metrics, context)
+    path = write_document(doc, args.output)
+    log(f"results written to {path}" if path else "PARALLAX_RESULTS not set: document printed to stdout only")
+    json.dump(doc, sys.stdout, indent=1)
+    print()
+    return doc
+
+
+if __name__ == "__main__":
+    main()

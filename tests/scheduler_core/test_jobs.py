@@ -1,0 +1,95 @@
+"""The two jobs on the tiny random model: results documents pass the runner's validator."""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from runners.results import validate
+from scheduler_core.jobs import decode_throughput, gsm8k
+from tests.scheduler_core.conftest import GSM8K_DIR, REPO
+
+CONTEXT_KEYS = {"model", "batch_size", "input_len", "output_len", "mode", "max_running_requests", "kv_tokens",
+                "chunked_prefill_size", "overlap", "commit"}
+
+
+@pytest.fixture
+def results(tmp_path, monkeypatch):
+    path = tmp_path / "results.json"
+    monkeypatch.setenv("PARALLAX_RESULTS", str(path))
+    monkeypatch.setenv("PARALLAX_REPEATS", "2")
+    return path
+
+
+def _load(path) -> dict:
+    data = json.loads(path.read_text())
+    validate(data)
+    return data
+
+
+def test_decode_throughput_serving(results) -> None:
+    decode_throughput.main(["--model", "tiny-random", "--num-prompts", "6", "--input-len", "24",
+                            "--output-len", "8", "--max-running-requests", "4"])
+    doc = _load(results)
+    names = {m["name"]: m for m in doc["metrics"]}
+    assert set(names) == {"output_throughput", "ttft_p50", "ttft_p99", "itl_p50", "itl_p99", "tpot"}
+    assert all(len(m["samples"]) == 2 for m in names.values())
+    assert names["output_throughput"]["direction"] == "higher_is_better"
+    assert names["itl_p50"]["direction"] == "lower_is_better"
+    assert CONTEXT_KEYS <= set(doc["context"]) and doc["context"]["mode"] == "serving"
+    assert doc["context"]["overlap"] is False
+    env = doc["environment"]
+    assert env["platform"] == (os.environ.get("PARALLAX_PLATFORM") or "cpu") and env["simulated"] is False
+    assert {"device", "torch", "cuda", "hip"} <= set(env)
+
+
+def test_decode_throughput_one_batch(results) -> None:
+    decode_throughput.main(["--model", "tiny-random", "--mode", "one-batch", "--batch-size", "3",
+                            "--input-len", "16", "--output-len", "6"])
+    doc = _load(results)
+    assert {m["name"] for m in doc["metrics"]} == {"decode_throughput", "step_latency_p50"}
+    assert doc["context"]["batch_size"] == 3 and doc["context"]["mode"] == "one-batch"
+
+
+def test_gsm8k_job_writes_items(results) -> None:
+    if not GSM8K_DIR.is_dir():
+        pytest.skip(f"GSM8k data not found at {GSM8K_DIR}")
+    gsm8k.main(["--model", "tiny-random", "--limit", "3", "--max-new-tokens", "4", "--data", str(GSM8K_DIR)])
+    doc = _load(results)
+    assert {m["name"] for m in doc["metrics"]} == {"accuracy", "invalid_rate", "output_throughput"}
+    assert doc["items"]["name"] == "gsm8k" and len(doc["items"]["correct"]) == 3
+    assert doc["context"]["num_questions"] == 3 and "commit" in doc["context"]
+
+
+def test_gsm8k_data_from_env_and_missing_data_error(tmp_path, monkeypatch) -> None:
+    monkeypatch.setattr(gsm8k, "CACHE_DIR", tmp_path / "no-cache")
+    monkeypatch.delenv("PARALLAX_GSM8K", raising=False)
+    with pytest.raises(SystemExit, match="--data DIR.*PARALLAX_GSM8K"):
+        gsm8k.resolve_data(None)
+    with pytest.raises(SystemExit, match="--data points at"):
+        gsm8k.resolve_data(str(tmp_path))
+    (tmp_path / "train.jsonl").write_text("{}\n")
+    (tmp_path / "test.jsonl").write_text("{}\n")
+    monkeypatch.setenv("PARALLAX_GSM8K", str(tmp_path))
+    assert gsm8k.resolve_data(None) == tmp_path
+
+
+@pytest.mark.parametrize("text, value", [
+    (" She makes 9 * 2 = $18.\n#### 18", 18.0), ("It costs 1,250 dollars", 1250.0),
+    ("The answer is -3.5.", -3.5), ("no digits here", None)])
+def test_last_number(text, value) -> None:
+    assert gsm8k.last_number(text) == value
+
+
+def test_job_runs_as_a_module(tmp_path) -> None:
+    out = tmp_path / "doc.json"
+    env = {**os.environ, "PARALLAX_RESULTS": str(out), "PARALLAX_REPEATS": "1"}
+    proc = subprocess.run([sys.executable, "-m", "scheduler_core.jobs.decode_throughput", "--model", "tiny-random",
+                           "--num-prompts", "3", "--input-len", "16", "--output-len", "4"],
+                          cwd=REPO, env=env, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert "repeat 1/1" in proc.stderr  # progress goes to stderr
+    assert _load(out)["suite"] == "decode-throughput"
