@@ -136,6 +136,7 @@ def load_settings(env: Mapping[str, str] | None = None, **overrides: Any) -> Set
         "lease_s": _int_env(env, "PARALLAX_LEASE_S", 120),
         "log_cap_bytes": _int_env(env, "PARALLAX_LOG_CAP_BYTES", 1_000_000),
         "max_document_bytes": _int_env(env, "PARALLAX_MAX_DOCUMENT_BYTES", 8_000_000),
+        "max_webhook_bytes": _int_env(env, "PARALLAX_MAX_WEBHOOK_BYTES", 25_000_000),
         "data_dir": env.get("PARALLAX_DATA_DIR") or "var",
     }
     config_path = overrides.pop("config_path", None) or env.get("PARALLAX_CONFIG")

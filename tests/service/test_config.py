@@ -50,3 +50,8 @@ def test_bad_suites_are_refused(suite, message):
 def test_non_integer_environment_value_is_named():
     with pytest.raises(ConfigError, match="PARALLAX_LEASE_S must be an integer"):
         load_settings(env={"PARALLAX_LEASE_S": "soon"})
+
+
+def test_size_limits_come_from_the_environment():
+    settings = load_settings(env={"PARALLAX_MAX_WEBHOOK_BYTES": "1000", "PARALLAX_MAX_DOCUMENT_BYTES": "2000"})
+    assert (settings.max_webhook_bytes, settings.max_document_bytes) == (1000, 2000)
