@@ -91,7 +91,10 @@ class Workspace:
         self.mirrors.mkdir(parents=True, exist_ok=True)
         self.worktrees.mkdir(parents=True, exist_ok=True)
         for entry in sorted(self.worktrees.iterdir()):
-            shutil.rmtree(entry, ignore_errors=True) if entry.is_dir() else entry.unlink(missing_ok=True)
+            if entry.is_dir():
+                shutil.rmtree(entry, ignore_errors=True)
+            else:
+                entry.unlink(missing_ok=True)
             removed.append(str(entry))
         for mirror in sorted(self.mirrors.iterdir()):
             if mirror.name.endswith(".tmp") or not (mirror / "HEAD").is_file():

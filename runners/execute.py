@@ -228,6 +228,7 @@ def run(argv: list[str], *, cwd: Path, env: dict[str, str], timeout_s: float, ou
     if group_alive(pgid):
         kill_group(pgid, None, 0.0)
     reader.join(10.0)
-    proc.stdout.close()
+    if not reader.is_alive():  # never close a descriptor another thread is still reading
+        proc.stdout.close()
     return Outcome(exit_code=None if stopped_by else exit_code, stopped_by=stopped_by,
                    duration_s=time.monotonic() - started)

@@ -6,7 +6,7 @@ import http.server
 import json
 import threading
 import time
-from typing import Iterator
+from typing import Callable, Iterator
 
 import pytest
 
@@ -43,7 +43,7 @@ class Handler(http.server.BaseHTTPRequestHandler):
 
 
 @pytest.fixture
-def scripted() -> Iterator[callable]:
+def scripted() -> Iterator[Callable[..., Scripted]]:
     servers: list[Scripted] = []
 
     def start(*script: tuple[int, dict]) -> Scripted:
