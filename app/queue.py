@@ -260,17 +260,23 @@ def complete(session: Session, runner: Runner, job_id: int, raw: bytes, max_byte
 
 
 def fail(session: Session, runner: Runner, job_id: int, reason: str, retryable: bool,
-         attempt: int | None = None) -> Job:
+         attempt: int | None = None, *, handback: bool = False) -> Job:
+    """Report a failed attempt: retried while attempts are left, else failed for good. A
+    `handback` (the runner is shutting down) requeues without using up an attempt."""
     job = held_job(session, runner, job_id, attempt)
     moment = now()
     reason = (reason or "no reason given")[:10_000]
-    outcome = "retry" if retryable and job.attempt < job.max_attempts else "failed"
+    if handback:
+        job.max_attempts += 1
+        outcome = "handed_back"
+    else:
+        outcome = "retry" if retryable and job.attempt < job.max_attempts else "failed"
     session.execute(update(JobAttempt).where(JobAttempt.job_id == job.id, JobAttempt.attempt == job.attempt)
                     .values(ended_at=moment, outcome=outcome))
     job.failure_reason = reason
     job.lease_expires_at = None
     job.runner_id = None
-    if outcome == "retry":
+    if outcome in ("retry", "handed_back"):
         job.state = JobState.queued
         job.attempt += 1
     else:

@@ -152,9 +152,11 @@ def fail_job(job_id: int):  # type: ignore[no-untyped-def]
     retryable = body.get("retryable", False)
     if not isinstance(reason, str) or not reason.strip():
         raise Invalid("reason: must be a non-empty string", extra={"field": "reason"})
-    if not isinstance(retryable, bool):
-        raise Invalid("retryable: must be true or false", extra={"field": "retryable"})
-    job = queue.fail(session, runner, job_id, reason, retryable, attempt_arg(body))
+    handback = body.get("handback", False)
+    for field, value in (("retryable", retryable), ("handback", handback)):
+        if not isinstance(value, bool):
+            raise Invalid(f"{field}: must be true or false", extra={"field": field})
+    job = queue.fail(session, runner, job_id, reason, retryable, attempt_arg(body), handback=handback)
     return jsonify({"id": job.id, "state": job.state.value, "attempt": job.attempt})
 
 

@@ -362,13 +362,13 @@ class Agent:
     def execute_job(self, job: dict[str, Any], state: "JobState", shipper: execute.LogShipper,
                     results_path: Path) -> tuple[Any, ...]:
         """Check out, run, validate. Returns the verdict: ("complete", document bytes),
-        ("fail", reason, retryable) or ("lost",)."""
+        ("fail", reason, retryable), ("handback", reason) or ("lost",)."""
         try:
             sha = validate_sha(job.get("commit"))
         except CheckoutError as exc:
             return ("fail", str(exc), False)
         if self.stopping():
-            return ("fail", f"handed back: runner shutting down ({self.stop_signal}) before the job started", True)
+            return ("handback", f"handed back: runner shutting down ({self.stop_signal}) before the job started")
         try:
             argv = execute.resolve_argv(job.get("command"))  # type: ignore[arg-type]
         except ValueError as exc:
@@ -383,7 +383,7 @@ class Agent:
         state.mirror = self.workspace.mirror_path(str(job.get("repository") or ""), job["repository_url"])
         shipper.write(f"[parallax-runner] checked out {sha} in {worktree}\n")
         if self.stopping():
-            return ("fail", f"handed back: runner shutting down ({self.stop_signal}) before the job started", True)
+            return ("handback", f"handed back: runner shutting down ({self.stop_signal}) before the job started")
         results_path.parent.mkdir(parents=True, exist_ok=True)
         results_path.unlink(missing_ok=True)
         timeout_s = float(job.get("timeout_s") or 1800)
@@ -409,8 +409,8 @@ class Agent:
         if outcome.stopped_by == "cancelled":
             return ("fail", "cancelled by the service", False)
         if outcome.stopped_by == "shutdown":
-            return ("fail", f"handed back: runner shutting down ({self.stop_signal}); the job did not finish "
-                            f"within the {self.config.grace_s:.0f} s grace period", True)
+            return ("handback", f"handed back: runner shutting down ({self.stop_signal}); the job did not finish "
+                                f"within the {self.config.grace_s:.0f} s grace period")
         if outcome.stopped_by == "timeout":
             return ("fail", f"timeout: the command ran longer than {timeout_s:.0f} s; its process group was "
                             f"killed{with_tail}", False)
@@ -449,6 +449,11 @@ class Agent:
                 status = self.client.complete(state.job_id, state.attempt, verdict[1], budget_s=self.upload_budget())
                 log.info("job %d: results stored (%s)", state.job_id,
                          "new" if status == 201 else "already stored; retry acknowledged")
+            elif kind == "handback":
+                # A shutdown is not the job's fault: the service requeues it without using an attempt.
+                answer = self.client.fail(state.job_id, state.attempt, verdict[1], True, handback=True,
+                                          budget_s=self.upload_budget())
+                log.info("job %d: handed back (job now %s)", state.job_id, answer.get("state"))
             else:
                 reason, retryable = verdict[1], verdict[2]
                 answer = self.client.fail(state.job_id, state.attempt, reason, retryable,

@@ -170,9 +170,10 @@ class Client:
         self.check(response, f"complete job {job_id}")
         return response.status_code
 
-    def fail(self, job_id: int, attempt: int, reason: str, retryable: bool,
+    def fail(self, job_id: int, attempt: int, reason: str, retryable: bool, *, handback: bool = False,
              budget_s: float | None = None) -> dict[str, Any]:
-        response = self.request("POST", f"/jobs/{job_id}/fail",
-                                json={"reason": reason, "retryable": retryable, "attempt": attempt},
-                                budget_s=budget_s)
+        body: dict[str, Any] = {"reason": reason, "retryable": retryable, "attempt": attempt}
+        if handback:
+            body["handback"] = True
+        response = self.request("POST", f"/jobs/{job_id}/fail", json=body, budget_s=budget_s)
         return self.check(response, f"fail job {job_id}").json()

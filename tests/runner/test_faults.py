@@ -114,6 +114,7 @@ def test_sigterm_during_a_job_hands_it_back_and_exits_0(harness: Harness):
     assert harness.wait_exit(proc, 30) == 0, harness.runner_log(proc)
     job = harness.job(job_id)
     assert job["state"] == "queued" and job["attempt"] == 2  # back in the queue for another runner
+    assert job["max_attempts"] == 4  # a hand-back does not use up one of the job's 3 attempts
     assert job["failure_reason"].startswith("handed back: runner shutting down (SIGTERM)")
     assert not pid_alive(started["pid"])  # the command ignores SIGTERM; the runner escalated
     assert harness.runs(job_id) == []

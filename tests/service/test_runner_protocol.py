@@ -397,3 +397,20 @@ def test_errors_are_json_with_error_and_detail(client):
     response = client.get("/api/v1/no-such-path")
     assert response.status_code == 404
     assert set(response.get_json()) >= {"error", "detail"}
+
+
+def test_handback_requeues_without_using_an_attempt(client, app):
+    queue_jobs(client, SHA_A, suite="decode-throughput", platform="cpu")
+    headers = register(client, app)
+    for expected_attempt in (2, 3, 4, 5):
+        job = claim(client, headers).get_json()["job"]
+        response = client.post(f"/api/v1/jobs/{job['id']}/fail",
+                               json={"reason": "handed back: SIGTERM", "retryable": True, "handback": True},
+                               headers=headers)
+        assert response.get_json() == {"id": job["id"], "state": "queued", "attempt": expected_attempt}
+
+
+def test_handback_must_be_a_boolean(client, held):
+    job, headers = held
+    response = client.post(f"/api/v1/jobs/{job['id']}/fail", json={"reason": "x", "handback": "yes"}, headers=headers)
+    assert response.status_code == 422 and response.get_json()["field"] == "handback"
