@@ -12,11 +12,13 @@ The method, in order:
    they are replaced by their neighbours' median for segmentation and left out of the tests;
 4. candidates come from ruptures' binary segmentation on the noise-normalised levels with a
    BIC-style penalty (`penalty * log n`) and an O(1) cumulative-sum L2 cost;
-5. each candidate must pass, against its neighbouring segments: a Mann-Whitney U test on the raw
-   samples of the two sides, a robust effect size on the per-commit levels (run-to-run noise is
-   larger than the spread of samples within one run, so the sample test alone over-trusts
-   repetitions), and a minimum relative magnitude. The weakest failing candidate is removed and
-   the rest re-tested until all pass.
+5. each candidate must pass, against its neighbouring segments (at most `max_side` commits each):
+   a Mann-Whitney U test, a robust effect size on the per-commit levels, and a minimum relative
+   magnitude. The U test compares per-commit levels when both sides have `min_segment` commits
+   and pools the raw samples only when a side is shorter (one commit at each end of a range in
+   the platform comparison): run-to-run noise is larger than the spread of samples within one
+   run, so pooled samples of many commits would over-trust repetitions (measured: p ~ 1e-10 on
+   pure noise). The weakest failing candidate is removed and the rest re-tested until all pass.
 """
 from __future__ import annotations
 
@@ -34,10 +36,10 @@ MAD_TO_SIGMA = 1.4826
 
 @dataclass(frozen=True)
 class DetectorConfig:
-    min_points: int = 6          # fewer measured commits than this: nothing is reported
+    min_points: int = 10         # fewer measured commits than this: nothing is reported
     min_segment: int = 3         # a new level must be seen at this many commits
     penalty: float = 3.0         # binary segmentation penalty, times log(n), in noise variances
-    alpha: float = 1e-3          # Mann-Whitney U p-value on the raw samples of the two sides
+    alpha: float = 2e-3          # Mann-Whitney U p-value (commit levels; raw samples if a side is short)
     min_effect: float = 3.5      # |mean difference| / (sigma * sqrt(1/n1 + 1/n2)) on levels
     min_relative: float = 0.02   # |after - before| / |before|
     spike_z: float = 5.0         # a spike is this many sigmas from its agreeing neighbours
@@ -165,13 +167,15 @@ def _segments(prepared: Prepared, config: DetectorConfig) -> list[int]:
     return [int(e) for e in ends[:-1]]
 
 
-def _test_split(prepared: Prepared, start: int, cp: int, end: int,
-                config: DetectorConfig) -> ChangePoint | None:
+def _test_split(prepared: Prepared, start: int, cp: int, end: int, config: DetectorConfig,
+                min_side: int | None = None) -> ChangePoint | None:
     """Compare points [start, cp) with [cp, end), each side limited to `max_side` commits next
-    to the change; None when a side is empty once spikes are left out."""
+    to the change; None when a side has fewer than `min_side` (default `min_segment`) commits
+    once spikes are left out."""
     left = [i for i in range(max(start, cp - config.max_side), cp) if i not in prepared.spikes]
     right = [i for i in range(cp, min(end, cp + config.max_side)) if i not in prepared.spikes]
-    if not left or not right:
+    needed = config.min_segment if min_side is None else min_side
+    if len(left) < max(1, needed) or len(right) < max(1, needed):
         return None
     left_levels, right_levels = prepared.levels[left], prepared.levels[right]
     if min(len(left), len(right)) >= config.min_segment:
@@ -341,9 +345,19 @@ def _relative_se(change: ChangePoint) -> float:
     return (change.ci_high - change.ci_low) / (2 * 1.96)
 
 
+def _overlapping(points: Sequence[Sequence[float]], positions: Sequence[int], change: ChangePoint,
+                 config: DetectorConfig) -> ChangePoint | None:
+    """A change point of another series whose commit range intersects `change`'s."""
+    for other in detect(points, positions, config):
+        if other.good_position < change.bad_position and change.good_position < other.bad_position:
+            return other
+    return None
+
+
 def _log_ratio_test(own: PlatformSeries, other: PlatformSeries, change: ChangePoint, low: int, high: int,
-                    config: DetectorConfig) -> ChangePoint | None:
-    """The change of log(P/Q) across the range, on the commits both platforms measured."""
+                    config: DetectorConfig) -> tuple[ChangePoint | None, ChangePoint | None]:
+    """The change of log(P/Q) across the range, on the commits both platforms measured: the
+    test at the range, and a change point of the log-ratio series that overlaps it."""
     own_at = {pos: i for i, pos in enumerate(own.positions)}
     ratio_points: list[list[float]] = []
     ratio_positions: list[int] = []
@@ -359,11 +373,12 @@ def _log_ratio_test(own: PlatformSeries, other: PlatformSeries, change: ChangePo
         ratio_positions.append(pos)
     split = next((k for k, pos in enumerate(ratio_positions) if pos >= change.bad_position), None)
     if split is None or split < config.min_segment or len(ratio_points) - split < config.min_segment:
-        return None
+        return None, None
     prepared = prepare(ratio_points, ratio_positions, config)
     if len(prepared.levels) != len(ratio_points):
-        return None
-    return _test_split(prepared, 0, split, len(ratio_points), config)
+        return None, None
+    return (_test_split(prepared, 0, split, len(ratio_points), config, min_side=1),
+            _overlapping(ratio_points, ratio_positions, change, config))
 
 
 def _finite_median(values: Sequence[float]) -> float | None:
@@ -376,9 +391,11 @@ def classify_change(platform: str, change: ChangePoint, own: PlatformSeries,
                     alpha: float = 0.01, min_effect: float = 3.0) -> Classification:
     """Is a change seen on `platform` specific to it? Each other platform Q is compared across
     the same commits (the change's two test segments, by position): Q *changed* when its own
-    before/after test is significant in the same direction; Q is *unchanged with evidence* when
-    it did not change that way and P moved relative to Q (the log-ratio series P/Q changes at
-    the range, or the two relative changes differ by `min_effect` standard errors)."""
+    before/after test is significant in the same direction, or Q's own change points include
+    one whose range overlaps; Q is *unchanged with evidence* when it did not change that way and
+    P moved relative to Q (the log-ratio series P/Q changes at the range by the same test or
+    by its own change points, or, with too few shared commits, the two relative changes differ
+    by `min_effect` standard errors)."""
     left_low = own.positions[max(0, change.index - change.n_before)]
     right_high = own.positions[min(len(own.positions) - 1, change.index + change.n_after - 1)]
     own_level = abs(change.before) or 1.0
@@ -402,15 +419,21 @@ def classify_change(platform: str, change: ChangePoint, own: PlatformSeries,
         # Too few points of Q to know its run-to-run noise: assume it is no quieter than P's.
         local.sigma = max(whole_sigma, own_relative_sigma * q_level, within, 1e-12)
         local.spikes = set()
-        q_change = _test_split(local, 0, len(left), len(left) + len(right), config)
+        q_change = _test_split(local, 0, len(left), len(left) + len(right), config, min_side=1)
         assert q_change is not None
-        ratio = _log_ratio_test(own, series, change, left_low, right_high, config)
+        ratio, ratio_point = _log_ratio_test(own, series, change, left_low, right_high, config)
+        window = left + right
+        own_point = _overlapping([series.points[i] for i in window], [series.positions[i] for i in window],
+                                 change, config)
         se = math.hypot(_relative_se(change), _relative_se(q_change))
         difference_z = abs(change.relative_change - q_change.relative_change) / se if se > 0 else math.inf
-        same_way = (q_change.p_value < alpha and q_change.effect >= min_effect
-                    and abs(q_change.relative_change) >= config.min_relative
-                    and math.copysign(1, q_change.relative_change) == math.copysign(1, change.relative_change))
-        ratio_moved = ratio is not None and ratio.p_value < alpha and ratio.effect >= min_effect
+        sign = math.copysign(1, change.relative_change)
+        same_way = ((q_change.p_value < alpha and q_change.effect >= min_effect
+                     and abs(q_change.relative_change) >= config.min_relative
+                     and math.copysign(1, q_change.relative_change) == sign)
+                    or (own_point is not None and math.copysign(1, own_point.relative_change) == sign))
+        ratio_moved = ((ratio is not None and ratio.p_value < alpha and ratio.effect >= min_effect)
+                       or ratio_point is not None)
         if same_way and not (ratio_moved and abs(q_change.relative_change) < 0.5 * abs(change.relative_change)):
             verdict = "changed"
             changed.append(name)
@@ -425,6 +448,8 @@ def classify_change(platform: str, change: ChangePoint, own: PlatformSeries,
                          "difference_z": difference_z if math.isfinite(difference_z) else None,
                          "log_ratio_change": None if ratio is None else ratio.relative_change,
                          "log_ratio_p_value": None if ratio is None else ratio.p_value,
+                         "own_change_point": None if own_point is None else own_point.bad_position,
+                         "log_ratio_change_point": None if ratio_point is None else ratio_point.bad_position,
                          "before_points": len(left), "after_points": len(right)}
     if missing or ambiguous or not others:
         kind = "inconclusive"

@@ -283,11 +283,14 @@ def _report_status(session: Session, series: Series, sha: str, relative_change: 
                              suite=key.suite, state="failure", description=text[:140])
 
 
-def _existing_near(changes: list[AlertChange], bad_position: int, relative_change: float,
+def _existing_near(changes: list[AlertChange], series: Series, index: int, relative_change: float,
                    tolerance: int) -> AlertChange | None:
+    """An already recorded change of this series within `tolerance` measured commits of the
+    point at `index`, in the same direction (the same change, seen again or refined)."""
+    at = {point.position: i for i, point in enumerate(series.points)}
     for change in changes:
-        position = change.details.get("bad_position")
-        if position is None or abs(position - bad_position) > tolerance:
+        other = at.get(change.details.get("bad_position"))
+        if other is None or abs(other - index) > tolerance:
             continue
         if math.copysign(1, change.relative_change) == math.copysign(1, relative_change):
             return change
@@ -295,7 +298,7 @@ def _existing_near(changes: list[AlertChange], bad_position: int, relative_chang
 
 
 def _record_performance_change(session: Session, series: Series, change: ChangePoint, report: ScanReport) -> None:
-    existing = _existing_near(_series_changes(session, series.key), series.points[change.index].position,
+    existing = _existing_near(_series_changes(session, series.key), series, change.index,
                               change.relative_change, DEFAULT_CONFIG.min_segment)
     stats = {"change": asdict(change)}
     if existing is not None:
@@ -316,7 +319,8 @@ def _record_performance_change(session: Session, series: Series, change: ChangeP
 def _classify(session: Session, series: Series, change: ChangePoint,
               report: ScanReport) -> tuple[str, dict[str, Any]]:
     others = {platform: PlatformSeries([p.samples for p in s.points], [p.position for p in s.points])
-              for platform, s in sibling_series(session, series.key).items() if s.points}
+              for platform, s in sibling_series(session, series.key, last=2 * DEFAULT_CONFIG.window).items()
+              if s.points}
     own = PlatformSeries([p.samples for p in series.points], [p.position for p in series.points])
     verdict = classify_change(series.key.platform, change, own, others)
     details: dict[str, Any] = {"platforms": verdict.changed, "unchanged": verdict.unchanged,
@@ -365,7 +369,7 @@ def _reclassify_waiting(session: Session, series: Series, report: ScanReport) ->
             continue
         key = SeriesKey(series.key.repository_id, series.key.branch, row.suite, row.metric, row.platform,
                         row.context_fingerprint)
-        own = load_series(session, key)
+        own = load_series(session, key, last=2 * DEFAULT_CONFIG.window)
         index = next((i for i, p in enumerate(own.points) if p.position == stored["bad_position"]), None)
         if index is None or index == 0:
             continue
@@ -392,9 +396,9 @@ def _accuracy_alerts(session: Session, series: Series, report: ScanReport, *, fu
         if result.p_value >= ACCURACY_ALPHA or abs(delta) < ACCURACY_MIN_DROP:
             continue
         found.append({"good": before.sha, "bad": after.sha, "difference": delta, "p_value": result.p_value})
-        if _existing_near(existing, after.position, delta, 0) is not None:
-            continue
         index = series.points.index(after)
+        if _existing_near(existing, series, index, delta, 0) is not None:
+            continue
         good_index = series.points.index(before)
         relative = delta / result.before if result.before else delta
         existing.append(_new_change(
@@ -417,7 +421,7 @@ def _hazard_alerts(session: Session, series: Series, report: ScanReport) -> None
         count = max(point.samples)
         before = None if previous is None else max(series.points[previous].samples)
         if count > 0 and (before is None or before == 0):
-            if _existing_near(existing, point.position, 1.0, 0) is None:
+            if _existing_near(existing, series, index, 1.0, 0) is None:
                 existing.append(_new_change(
                     session, series, kind="correctness", good_index=previous, bad_index=index,
                     relative_change=float(count), before=before, after=float(count), p_value=None, ci=None,

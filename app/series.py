@@ -220,7 +220,7 @@ def series_keys(session: Session, repository_id: int | None = None) -> list[Seri
     return keys
 
 
-def sibling_series(session: Session, key: SeriesKey) -> dict[str, Series]:
+def sibling_series(session: Session, key: SeriesKey, last: int | None = None) -> dict[str, Series]:
     """The same suite and metric on the same branch, one series per other platform (the context
     fingerprint with the most measured commits on that platform, since devices differ)."""
     rows = session.execute(select(Run.platform, Run.context_fingerprint, func.count(func.distinct(Run.commit_id)))
@@ -233,5 +233,5 @@ def sibling_series(session: Session, key: SeriesKey) -> dict[str, Series]:
         if platform not in best or (count, fingerprint) > best[platform]:
             best[platform] = (count, fingerprint)
     return {platform: load_series(session, SeriesKey(key.repository_id, key.branch, key.suite, key.metric,
-                                                     platform, fingerprint))
+                                                     platform, fingerprint), last=last)
             for platform, (_, fingerprint) in sorted(best.items())}

@@ -383,7 +383,7 @@ def main() -> int:
         table[data_name] = rows
 
     delay = detection_delay(args.seed, 40 if args.quick else 200)
-    false = false_alerts(args.seed, 300 if args.quick else 1000, 1 if args.quick else 2)
+    false = false_alerts(args.seed, 300 if args.quick else 1000, 1 if args.quick else 4)
     latency = incremental_latency(args.seed, 20 if args.quick else 100)
     latency["service"] = service_latency(args.seed, 10 if args.quick else 30, ROOT / "var" / "bench-detection")
 
