@@ -200,7 +200,20 @@ class Scheduler:
                 self.process_batch_result(batch, result)
             drained = self._drain(on_finish)
             if batch is None and not drained and self.has_work():
-                raise RuntimeError("scheduler is stuck: requests wait but none can be scheduled")
+                self._abort_unschedulable()
+
+    def _abort_unschedulable(self) -> None:
+        """Nothing runs and nothing can be admitted: refuse the head request so the others proceed."""
+        req = self.chunked_req or self.waiting[0]
+        if req is self.chunked_req:
+            self.chunked_req = None
+        else:
+            self.waiting.pop(0)
+        req.finish_reason = FinishReason("abort", message=(
+            f"cannot schedule a request of {req.seq_len} tokens: KV pool has {self.config.kv_tokens} slots, "
+            f"{self.pools.allocator.available()} free"))
+        release(req, self.pools, cache=False)
+        self._finished.append(req)
 
     def _drain(self, on_finish) -> int:
         finished, self._finished = self._finished, []
