@@ -73,6 +73,24 @@ def test_points_follow_the_branch_history_not_the_order_results_arrived(build, d
     assert series.points[2].samples == [2.0, 2.5] and len(series.points[2].run_ids) == 2
 
 
+def test_two_runs_of_one_series_leave_one_dirty_state_row(build, db):
+    (value,) = build.branch(1)
+    build.result(value, "rocm", [1.0])
+    build.result(value, "rocm", [1.1])
+    with db.session() as session:
+        rows = list(session.scalars(select(DetectionState)))
+    assert len(rows) == 1 and rows[0].dirty and rows[0].series_key == key(build).digest
+
+
+def test_an_incremental_read_loads_only_the_most_recent_commits(build, db):
+    shas = build.branch(12)
+    for i, value in enumerate(shas):
+        build.result(value, "rocm", [float(i)])
+    with db.session() as session:
+        recent = load_series(session, key(build), last=5)
+    assert [p.sha for p in recent.points] == shas[-5:] and [p.position for p in recent.points] == [7, 8, 9, 10, 11]
+
+
 def test_commits_dropped_by_a_force_push_leave_the_series(build, db):
     shas = build.branch(4)
     for i, value in enumerate(shas):
@@ -92,6 +110,8 @@ def test_without_branch_history_points_follow_the_queue_order(build, db):
         series = load_series(session, key(build))
     assert series.ordered_by == "queue"
     assert [p.sha for p in series.points] == [first, second, third]
+    with db.session() as session:
+        assert [p.sha for p in load_series(session, key(build), last=2).points] == [second, third]
 
 
 # ---------------------------------------------------------------- performance alerts
