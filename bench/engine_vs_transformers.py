@@ -109,7 +109,10 @@ def main() -> None:
     print(f"{'side':<14}{'output tok':>12}{'wall s':>10}{'tok/s':>10}")
     print(f"{'engine':<14}{engine['output_tokens']:>12}{engine['wall_s']:>10.1f}{engine['tok_s']:>10.1f}")
     print(f"{'transformers':<14}{hf['output_tokens']:>12}{hf['wall_s']:>10.1f}{hf['tok_s']:>10.1f}")
-    print(f"ratio engine/transformers: {ratio:.2f}x; identical greedy outputs: {same}/{len(prompts)}")
+    print(f"ratio engine/transformers: {ratio:.2f}x")
+    # Informational only: past EOS the two differ by design (min_new_tokens masks EOS in transformers,
+    # ignore_eos lets the engine pick it), and left padding changes transformers' numerics slightly.
+    print(f"greedy outputs identical token for token: {same}/{len(prompts)}")
 
 
 if __name__ == "__main__":

@@ -120,7 +120,8 @@ def load_gguf(path: Path) -> LoadedModel:
             eos_token_id=_field(reader, "tokenizer.ggml.eos_token_id"),
         )
         tokenizer = TextTokenizer.from_gguf_fields(
-            tokens, list(_field(reader, "tokenizer.ggml.merges")), list(_field(reader, "tokenizer.ggml.token_type")),
+            tokens, list(_field(reader, "tokenizer.ggml.merges", [])),
+            list(_field(reader, "tokenizer.ggml.token_type", [1] * len(tokens))),
             str(_field(reader, "tokenizer.ggml.pre", "gpt2")), config.eos_token_id, config.bos_token_id)
         weights: dict[str, np.ndarray] = {}
         for tensor in reader.tensors:
