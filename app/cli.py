@@ -146,10 +146,12 @@ def enqueue(repository: str, sha: str, suite: str | None, platform: str | None, 
 @main.command()
 @click.option("--workdir", default="var/demo", show_default=True)
 @click.option("--port", default=0, type=int, help="port for the demo service (0: any free port)")
-def demo(workdir: str, port: int) -> None:
+@click.option("--model", default="smollm2-135m", show_default=True,
+              help="model the engine runs (tiny-random: a seeded random tiny model, seconds instead of minutes)")
+def demo(workdir: str, port: int, model: str) -> None:
     """Run the main job end to end on the embedded database and print a summary."""
     from app.demo import run_demo
-    sys.exit(run_demo(workdir=workdir, port=port))
+    sys.exit(run_demo(workdir=workdir, port=port, model=model))
 
 
 def _add_optional_commands() -> None:

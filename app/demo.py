@@ -10,20 +10,20 @@ from __future__ import annotations
 
 import os
 import shutil
-import signal
-import socket
 import statistics
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import click
 import requests
 
+from app.service_process import ServiceProcess
+
 ROOT = Path(__file__).resolve().parent.parent
-SUITE_COMMAND = [sys.executable, "-m", "scheduler_core.jobs.decode_throughput", "--model", "smollm2-135m",
-                 "--mode", "one-batch", "--batch-size", "8", "--input-len", "64", "--output-len", "32"]
+def suite_command(model: str) -> list[str]:
+    return [sys.executable, "-m", "scheduler_core.jobs.decode_throughput", "--model", model,
+            "--mode", "one-batch", "--batch-size", "8", "--input-len", "64", "--output-len", "32"]
 
 
 def _git(cwd: Path, *args: str) -> str:
@@ -46,17 +46,11 @@ def make_engine_repository(path: Path) -> str:
     return _git(path, "rev-parse", "HEAD")
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
 def _step(text: str) -> None:
     click.secho(f"==> {text}", fg="cyan", err=True)
 
 
-def run_demo(workdir: str = "var/demo", port: int = 0) -> int:
+def run_demo(workdir: str = "var/demo", port: int = 0, model: str = "smollm2-135m") -> int:
     from app.auth import create_registration_token
     from app.db import Database
     from app.migrate import upgrade
@@ -71,23 +65,19 @@ def run_demo(workdir: str = "var/demo", port: int = 0) -> int:
     repo_path = work / "engine-repo"
     sha = make_engine_repository(repo_path)
     config = work / "parallax.toml"
-    command = ", ".join(f'"{part}"' for part in SUITE_COMMAND)
+    command = ", ".join(f'"{part}"' for part in suite_command(model))
     config.write_text(
         f'[[repositories]]\nname = "demo/engine"\nurl = "{repo_path}"\ndefault_branch = "main"\n\n'
         f'[[suites]]\nname = "decode-throughput"\ncommand = [{command}]\nplatforms = ["cpu"]\n'
         f'timeout_s = 900\nrepeats = 3\n')
 
     admin_token = os.urandom(16).hex()
-    port = port or _free_port()
-    base = f"http://127.0.0.1:{port}"
-    env = dict(os.environ, PARALLAX_DATABASE_URL=database_url, PARALLAX_CONFIG=str(config),
-               PARALLAX_ADMIN_TOKEN=admin_token, PARALLAX_PUBLIC_URL=base, PARALLAX_LOG_LEVEL="WARNING")
+    env = {"PARALLAX_DATABASE_URL": database_url, "PARALLAX_CONFIG": str(config), "PARALLAX_ADMIN_TOKEN": admin_token,
+           "PARALLAX_LOG_LEVEL": "WARNING"}
     parallax = str(Path(sys.executable).with_name("parallax"))
-    _step(f"starting the service: parallax serve --port {port}")
-    server = subprocess.Popen([parallax, "serve", "--port", str(port), "--workers", "2"], env=env,
-                              stdout=subprocess.DEVNULL, stderr=open(work / "serve.log", "w"))
-    try:
-        _wait_healthy(base, server, work / "serve.log")
+    _step("starting the service: parallax serve")
+    with open(work / "serve.log", "w") as log, ServiceProcess(env, workers=2, port=port, log=log) as service:
+        base = service.base
         _step(f"queueing decode-throughput on cpu for demo/engine@{sha[:12]}")
         response = requests.post(f"{base}/api/v1/jobs", json={"repository": "demo/engine", "commit": sha},
                                  headers={"Authorization": f"Bearer {admin_token}"}, timeout=30)
@@ -100,32 +90,12 @@ def run_demo(workdir: str = "var/demo", port: int = 0) -> int:
         _step("running a runner for one job (checkout, run the suite, upload the results)")
         runner = subprocess.run([parallax, "runner", "--server", base, "--registration-token", registration,
                                  "--name", "demo-cpu", "--label", "platform=cpu", "--work-dir",
-                                 str(work / "runner"), "--once"], env=env)
+                                 str(work / "runner"), "--once"], env=dict(os.environ, **env))
         if runner.returncode != 0:
             click.secho(f"the runner exited with {runner.returncode}", fg="red", err=True)
             return 1
         commit = requests.get(f"{base}/api/v1/commits/{sha}", timeout=30).json()
-    finally:
-        server.send_signal(signal.SIGTERM)
-        try:
-            server.wait(30)
-        except subprocess.TimeoutExpired:
-            server.kill()
     return _summarise(commit, sha, database_url)
-
-
-def _wait_healthy(base: str, server: subprocess.Popen, log: Path) -> None:
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:
-        if server.poll() is not None:
-            raise click.ClickException(f"parallax serve exited with {server.returncode}:\n{log.read_text()[-2000:]}")
-        try:
-            if requests.get(f"{base}/healthz", timeout=1).status_code == 200:
-                return
-        except requests.ConnectionError:
-            pass
-        time.sleep(0.3)
-    raise click.ClickException(f"parallax serve did not answer /healthz within 60 s; see {log}")
 
 
 def _summarise(commit: dict, sha: str, database_url: str) -> int:

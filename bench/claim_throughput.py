@@ -11,14 +11,9 @@ Prints a table and writes JSON to bench/results/claim_throughput.json.
 from __future__ import annotations
 
 import argparse
-import json
-import os
-import socket
-import subprocess
 import sys
 import threading
 import time
-import uuid
 from pathlib import Path
 
 import numpy as np
@@ -29,26 +24,15 @@ from tqdm import tqdm
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from app import create_app  # noqa: E402
 from app.auth import create_registration_token  # noqa: E402
-from app.config import Settings, parse_catalogue  # noqa: E402
+from app.catalogue import sync_catalogue  # noqa: E402
+from app.config import parse_catalogue, Settings  # noqa: E402
+from app.db import Database  # noqa: E402
 from app.migrate import upgrade  # noqa: E402
 from app.models import Job, Repository, Suite  # noqa: E402
 from app.queue import get_or_create_commit  # noqa: E402
-
-DOC = {"schema": "parallax.results/1", "suite": "decode-throughput",
-       "metrics": [{"name": "output_throughput", "unit": "tok/s", "direction": "higher_is_better",
-                    "samples": [1.0, 2.0, 3.0]}],
-       "context": {}, "environment": {"platform": "cpu"}}
-
-
-def settings_for(url: str) -> Settings:
-    catalogue = parse_catalogue({
-        "repositories": [{"name": "bench/engine", "url": "file:///nonexistent"}],
-        "suites": [{"name": "decode-throughput", "command": ["true"], "platforms": ["cpu"]}],
-    })
-    return Settings(database_url=url, admin_token="bench", **catalogue)
-
+from app.service_process import ServiceProcess  # noqa: E402
+from bench.backends import DEFAULT_POSTGRES, scratch_postgres, scratch_sqlite, write_results  # noqa: E402
 
 CATALOGUE = """
 [[repositories]]
@@ -60,78 +44,67 @@ name = "decode-throughput"
 command = ["true"]
 platforms = ["cpu"]
 """
+DOC = {"schema": "parallax.results/1", "suite": "decode-throughput",
+       "metrics": [{"name": "output_throughput", "unit": "tok/s", "direction": "higher_is_better",
+                    "samples": [1.0, 2.0, 3.0]}],
+       "context": {}, "environment": {"platform": "cpu"}}
 
 
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
-def start_service(url: str, tmp: Path) -> tuple[subprocess.Popen, str]:
-    config = tmp / "parallax.toml"
-    config.write_text(CATALOGUE)
-    port = free_port()
-    env = dict(os.environ, PARALLAX_DATABASE_URL=url, PARALLAX_CONFIG=str(config), PARALLAX_LOG_LEVEL="WARNING")
-    process = subprocess.Popen([str(ROOT / ".venv/bin/parallax"), "serve", "--port", str(port), "--workers", "4"],
-                               env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    base = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:
-        try:
-            if requests.get(f"{base}/healthz", timeout=1).status_code == 200:
-                return process, base
-        except requests.ConnectionError:
-            time.sleep(0.2)
-    process.kill()
-    raise RuntimeError("parallax serve did not become healthy within 60 s")
-
-
-def run_backend(label: str, url: str, runners: int, jobs: int, tmp: Path) -> dict[str, float | str | int]:
+def seed(url: str, jobs: int) -> str:
+    """Migrate, queue `jobs` jobs directly in the database; returns a registration token."""
+    import tomllib
     upgrade(url)
-    app = create_app(settings_for(url))
-    db = app.extensions["parallax.db"]
-    with db.session() as session:
+    database = Database(url)
+    with database.session() as session:
+        sync_catalogue(session, Settings(database_url=url, **parse_catalogue(tomllib.loads(CATALOGUE))))
+        session.flush()
         repo = session.scalar(sa.select(Repository))
         suite = session.scalar(sa.select(Suite))
         for i in range(jobs):
             commit = get_or_create_commit(session, repo, f"{i:040x}")
             session.add(Job(repository_id=repo.id, commit_id=commit.id, suite_id=suite.id, platform="cpu"))
-        registration = create_registration_token(session)
-    db.engine.dispose()
-    process, base = start_service(url, tmp)
+        token = create_registration_token(session)
+    database.engine.dispose()
+    return token
+
+
+def run_backend(label: str, url: str, runners: int, jobs: int, tmp: Path) -> dict[str, float | str | int]:
+    registration = seed(url, jobs)
+    config = tmp / "parallax.toml"
+    config.write_text(CATALOGUE)
     latencies: list[float] = []
     lock = threading.Lock()
-    progress = tqdm(total=jobs, desc=f"{label} claims", unit="job", file=sys.stderr)
+    with ServiceProcess({"PARALLAX_DATABASE_URL": url, "PARALLAX_CONFIG": str(config),
+                         "PARALLAX_LOG_LEVEL": "WARNING"}) as service:
+        base = service.base
+        progress = tqdm(total=jobs, desc=f"{label} claims", unit="job", file=sys.stderr)
 
-    def runner(i: int) -> None:
-        http = requests.Session()
-        token = http.post(f"{base}/api/v1/runners", json={"name": f"r{i}", "labels": {"platform": "cpu"}},
-                          headers={"Authorization": f"Bearer {registration}"}).json()["token"]
-        http.headers["Authorization"] = f"Bearer {token}"
-        while True:
-            started = time.perf_counter()
-            response = http.post(f"{base}/api/v1/jobs/claim", json={"wait_s": 0})
-            elapsed = time.perf_counter() - started
-            if response.status_code == 204:
-                return
-            response.raise_for_status()
-            job = response.json()["job"]
-            http.post(f"{base}/api/v1/jobs/{job['id']}/complete", json=DOC).raise_for_status()
-            with lock:
-                latencies.append(elapsed)
-                progress.update(1)
+        def runner(i: int) -> None:
+            http = requests.Session()
+            token = http.post(f"{base}/api/v1/runners", json={"name": f"r{i}", "labels": {"platform": "cpu"}},
+                              headers={"Authorization": f"Bearer {registration}"}).json()["token"]
+            http.headers["Authorization"] = f"Bearer {token}"
+            while True:
+                started = time.perf_counter()
+                response = http.post(f"{base}/api/v1/jobs/claim", json={"wait_s": 0})
+                elapsed = time.perf_counter() - started
+                if response.status_code == 204:
+                    return
+                response.raise_for_status()
+                job = response.json()["job"]
+                http.post(f"{base}/api/v1/jobs/{job['id']}/complete", json=DOC).raise_for_status()
+                with lock:
+                    latencies.append(elapsed)
+                    progress.update(1)
 
-    started = time.perf_counter()
-    threads = [threading.Thread(target=runner, args=(i,)) for i in range(runners)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
-    wall = time.perf_counter() - started
-    progress.close()
-    process.terminate()
-    process.wait(30)
+        started = time.perf_counter()
+        threads = [threading.Thread(target=runner, args=(i,)) for i in range(runners)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+        wall = time.perf_counter() - started
+        progress.close()
     assert len(latencies) == jobs, f"{label}: {len(latencies)} claims for {jobs} jobs"
     ms = np.array(latencies) * 1000
     return {"backend": label, "server": "gunicorn 4x8", "runners": runners, "jobs": jobs, "wall_s": round(wall, 2),
@@ -143,38 +116,21 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runners", type=int, default=16)
     parser.add_argument("--jobs", type=int, default=400)
-    parser.add_argument("--postgres", default="postgresql+psycopg://postgres@127.0.0.1:5432/test",
-                        help="server URL; a scratch database is created and dropped")
+    parser.add_argument("--postgres", default=DEFAULT_POSTGRES, help="server URL; a scratch database is used")
     parser.add_argument("--tmp", default="var/bench")
     args = parser.parse_args()
+    tmp = Path(args.tmp).resolve()
+    tmp.mkdir(parents=True, exist_ok=True)
     results = []
-    Path(args.tmp).mkdir(parents=True, exist_ok=True)
-    admin = sa.create_engine(args.postgres, isolation_level="AUTOCOMMIT")
-    name = f"parallax_bench_{uuid.uuid4().hex[:8]}"
-    with admin.connect() as conn:
-        conn.execute(sa.text(f'CREATE DATABASE "{name}"'))
-    try:
-        pg_url = sa.engine.make_url(args.postgres).set(database=name).render_as_string(hide_password=False)
-        results.append(run_backend("postgresql", pg_url, args.runners, args.jobs, Path(args.tmp)))
-    finally:
-        with admin.connect() as conn:
-            conn.execute(sa.text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
-    sqlite_path = Path(args.tmp) / f"claim-{uuid.uuid4().hex[:8]}.db"
-    try:
-        results.append(run_backend("sqlite", f"sqlite:///{sqlite_path.resolve()}", args.runners, args.jobs,
-                                   Path(args.tmp)))
-    finally:
-        for suffix in ("", "-wal", "-shm"):
-            Path(f"{sqlite_path}{suffix}").unlink(missing_ok=True)
-    header = f"{'backend':<11} {'runners':>7} {'jobs':>5} {'claims/s':>9} {'p50 ms':>7} {'p99 ms':>7}"
-    print(header)
+    with scratch_postgres(args.postgres) as url:
+        results.append(run_backend("postgresql", url, args.runners, args.jobs, tmp))
+    with scratch_sqlite(tmp) as url:
+        results.append(run_backend("sqlite", url, args.runners, args.jobs, tmp))
+    print(f"{'backend':<11} {'runners':>7} {'jobs':>5} {'claims/s':>9} {'p50 ms':>7} {'p99 ms':>7}")
     for r in results:
         print(f"{r['backend']:<11} {r['runners']:>7} {r['jobs']:>5} {r['claims_per_s']:>9} "
               f"{r['claim_p50_ms']:>7} {r['claim_p99_ms']:>7}")
-    out = ROOT / "bench/results/claim_throughput.json"
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(results, indent=2))
-    print(f"wrote {out.relative_to(ROOT)}")
+    write_results("claim_throughput", results)
 
 
 if __name__ == "__main__":

@@ -24,7 +24,6 @@ import hmac
 import json
 import os
 import shutil
-import socket
 import subprocess
 import sys
 import threading
@@ -42,6 +41,8 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from app.migrate import upgrade  # noqa: E402
+from app.service_process import ServiceProcess  # noqa: E402
+from bench.backends import DEFAULT_POSTGRES, scratch_postgres, scratch_sqlite, write_results  # noqa: E402
 
 SECRET = "bench-webhook-secret"
 REPO = "bench/engine"
@@ -88,31 +89,13 @@ def headers(body: bytes) -> dict[str, str]:
             "X-Hub-Signature-256": "sha256=" + hmac.new(SECRET.encode(), body, hashlib.sha256).hexdigest()}
 
 
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
-def start_service(url: str, tmp: Path, upstream: Path) -> tuple[subprocess.Popen, str]:
+def service(url: str, tmp: Path, upstream: Path) -> ServiceProcess:
     config = tmp / "parallax.toml"
     config.write_text(f'[[repositories]]\nname = "{REPO}"\nurl = "{upstream}"\ndefault_branch = "main"\n\n'
                       '[[suites]]\nname = "decode-throughput"\ncommand = ["true"]\nplatforms = ["cpu"]\n')
-    port = free_port()
-    env = dict(os.environ, PARALLAX_DATABASE_URL=url, PARALLAX_CONFIG=str(config), PARALLAX_LOG_LEVEL="WARNING",
-               PARALLAX_GITHUB_WEBHOOK_SECRET=SECRET, PARALLAX_DATA_DIR=str(tmp / "data"))
-    process = subprocess.Popen([str(ROOT / ".venv/bin/parallax"), "serve", "--port", str(port), "--workers", "4"],
-                               env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    base = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:
-        try:
-            if requests.get(f"{base}/healthz", timeout=5).status_code == 200:
-                return process, base
-        except requests.RequestException:  # not listening yet, or too busy starting to answer
-            time.sleep(0.2)
-    process.kill()
-    raise RuntimeError("parallax serve did not become healthy within 60 s")
+    return ServiceProcess({"PARALLAX_DATABASE_URL": url, "PARALLAX_CONFIG": str(config),
+                           "PARALLAX_LOG_LEVEL": "WARNING", "PARALLAX_GITHUB_WEBHOOK_SECRET": SECRET,
+                           "PARALLAX_DATA_DIR": str(tmp / "data")})
 
 
 def wait_processed(engine: sa.Engine, delivery: str, timeout_s: float = 120) -> str:
@@ -130,11 +113,11 @@ def wait_processed(engine: sa.Engine, delivery: str, timeout_s: float = 120) -> 
 def run_backend(label: str, url: str, tmp: Path, shas: list[str], upstream: Path, n_requests: int,
                 clients: int, seconds: float) -> dict[str, Any]:
     upgrade(url)
-    process, base = start_service(url, tmp, upstream)
     engine = sa.create_engine(url)
     body = push_payload(shas, str(upstream))
     http = requests.Session()
-    try:
+    with service(url, tmp, upstream) as process:
+        base = process.base
         first = headers(body)
         started = time.perf_counter()
         http.post(f"{base}/webhooks/github", data=body, headers=first).raise_for_status()
@@ -167,10 +150,7 @@ def run_backend(label: str, url: str, tmp: Path, shas: list[str], upstream: Path
         for thread in threads:
             thread.join()
         wall = time.perf_counter() - t0
-    finally:
-        process.terminate()
-        process.wait(30)
-        engine.dispose()
+    engine.dispose()
     ms = np.array(latencies) * 1000
     return {"backend": label, "server": "gunicorn 4x8", "payload_bytes": len(body), "commits": len(shas) - 1,
             "first_push_processed_s": round(processed_s, 2), "first_push_state": state, "jobs_queued": jobs,
@@ -185,8 +165,7 @@ def main() -> None:
     parser.add_argument("--requests", type=int, default=300)
     parser.add_argument("--clients", type=int, default=8)
     parser.add_argument("--seconds", type=float, default=10.0)
-    parser.add_argument("--postgres", default="postgresql+psycopg://postgres@127.0.0.1:5432/test",
-                        help="server URL; a scratch database is created and dropped")
+    parser.add_argument("--postgres", default=DEFAULT_POSTGRES, help="server URL; a scratch database is used")
     parser.add_argument("--tmp", default="var/bench-webhooks")
     args = parser.parse_args()
     tmp = Path(args.tmp).resolve()
@@ -194,35 +173,18 @@ def main() -> None:
     upstream = tmp / "upstream"
     shas = make_upstream(upstream, args.commits)
     results = []
-    admin = sa.create_engine(args.postgres, isolation_level="AUTOCOMMIT")
-    name = f"parallax_bench_{uuid.uuid4().hex[:8]}"
-    with admin.connect() as conn:
-        conn.execute(sa.text(f'CREATE DATABASE "{name}"'))
-    try:
-        pg_url = sa.engine.make_url(args.postgres).set(database=name).render_as_string(hide_password=False)
+    with scratch_postgres(args.postgres) as url:
         shutil.rmtree(tmp / "data", ignore_errors=True)
-        results.append(run_backend("postgresql", pg_url, tmp, shas, upstream, args.requests, args.clients,
-                                   args.seconds))
-    finally:
-        with admin.connect() as conn:
-            conn.execute(sa.text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
-    sqlite_path = tmp / f"ingest-{uuid.uuid4().hex[:8]}.db"
-    try:
+        results.append(run_backend("postgresql", url, tmp, shas, upstream, args.requests, args.clients, args.seconds))
+    with scratch_sqlite(tmp) as url:
         shutil.rmtree(tmp / "data", ignore_errors=True)
-        results.append(run_backend("sqlite", f"sqlite:///{sqlite_path}", tmp, shas, upstream, args.requests,
-                                   args.clients, args.seconds))
-    finally:
-        for suffix in ("", "-wal", "-shm"):
-            Path(f"{sqlite_path}{suffix}").unlink(missing_ok=True)
+        results.append(run_backend("sqlite", url, tmp, shas, upstream, args.requests, args.clients, args.seconds))
     print(f"{'backend':<11} {'commits':>7} {'body KB':>7} {'p50 ms':>7} {'p99 ms':>7} {'deliv/s':>8} "
           f"{'clients':>7} {'first push processed s':>22}")
     for r in results:
         print(f"{r['backend']:<11} {r['commits']:>7} {r['payload_bytes'] / 1000:>7.1f} {r['p50_ms']:>7} "
               f"{r['p99_ms']:>7} {r['deliveries_per_s']:>8} {r['clients']:>7} {r['first_push_processed_s']:>22}")
-    out = ROOT / "bench/results/webhook_ingest.json"
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(results, indent=2))
-    print(f"wrote {out.relative_to(ROOT)}")
+    write_results("webhook_ingest", results)
 
 
 if __name__ == "__main__":
