@@ -101,12 +101,20 @@ class _CumsumL2(BaseCost):
 
 
 def noise_sigma(levels: np.ndarray) -> float:
-    """Point-to-point noise from the MAD of first differences (a step moves one difference only)."""
+    """Point-to-point noise from first differences (a step moves one difference, a spike two):
+    the standard deviation of the differences within 3.5 MADs of their median, over sqrt(2).
+    The MAD alone is robust but noisy (37 % efficiency) and reads banding too low; trimming
+    keeps the robustness with most of the standard deviation's precision."""
     if len(levels) < 3:
         return 0.0
     diffs = np.diff(levels)
-    mad = float(np.median(np.abs(diffs - np.median(diffs))))
-    return MAD_TO_SIGMA * mad / math.sqrt(2.0)
+    centre = float(np.median(diffs))
+    mad = MAD_TO_SIGMA * float(np.median(np.abs(diffs - centre)))
+    if mad == 0.0 or len(diffs) < 3:
+        return mad / math.sqrt(2.0)
+    kept = diffs[np.abs(diffs - centre) <= 3.5 * mad]
+    # Truncating a normal at 3.5 sd leaves 99.7 % of its sd; undo that bias.
+    return float(np.std(kept, ddof=1)) / 0.997 / math.sqrt(2.0)
 
 
 def _floor_sigma(sigma: float, levels: np.ndarray) -> float:

@@ -19,7 +19,7 @@ import importlib
 import importlib.util
 import logging
 import math
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 from sqlalchemy import select
@@ -27,13 +27,25 @@ from sqlalchemy.orm import Session
 
 from app.background import Duty
 from app.db import Database
-from app.detection import (DEFAULT_CONFIG, ChangePoint, PlatformSeries, classify_change, compare_accuracy,
-                           detect, detect_recent)
+from app.detection import (DEFAULT_CONFIG, ChangePoint, DetectorConfig, PlatformSeries, classify_change,
+                           compare_accuracy, detect, detect_recent)
 from app.models import (Alert, AlertChange, AlertState, Commit, DetectionState, JobReason, Repository, Run,
                         Suite, utcnow)
 from app.series import Series, SeriesKey, load_series, series_keys, series_keys_for_run, sibling_series
 
 log = logging.getLogger(__name__)
+
+# Minimum relative change worth an alert, per metric (DetectorConfig.min_relative, 2 %, for the
+# rest): tail latencies move more from run to run; an accuracy fraction moves in small steps.
+MIN_RELATIVE: dict[str, float] = {"itl_p99": 0.05, "ttft_p99": 0.05, "e2e_latency_p99": 0.05,
+                                  "accuracy": 0.01}
+
+
+def config_for(metric: str) -> DetectorConfig:
+    if metric in MIN_RELATIVE:
+        return replace(DEFAULT_CONFIG, min_relative=MIN_RELATIVE[metric])
+    return DEFAULT_CONFIG
+
 
 ACCURACY_ALPHA = 1e-3          # paired McNemar / two-proportion p-value for an accuracy alert
 ACCURACY_MIN_DROP = 0.01       # and at least one point of accuracy
@@ -130,7 +142,8 @@ def scan_series(session: Session, key: SeriesKey, *, full: bool) -> ScanReport:
     else:
         points = [p.samples for p in series.points]
         positions = [p.position for p in series.points]
-        changes = detect(points, positions) if full else detect_recent(points, positions)
+        config = config_for(key.metric)
+        changes = detect(points, positions, config) if full else detect_recent(points, positions, config)
         found = []
         for change in changes:
             _record_performance_change(session, series, change, report)
@@ -256,7 +269,7 @@ def _restore(session: Session, series: Series, improvement: AlertChange, report:
             continue
         scale = abs(base) or 1.0
         # Back to within a quarter of the drop (or the minimum magnitude) of the old level.
-        tolerance = max(DEFAULT_CONFIG.min_relative, 0.25 * abs(earlier.relative_change))
+        tolerance = max(config_for(series.key.metric).min_relative, 0.25 * abs(earlier.relative_change))
         if abs(improvement.after_value - base) / scale > tolerance and not (base == 0 and improvement.after_value == 0):
             continue
         earlier.details = {**earlier.details, "restored_by": improvement.id}
@@ -322,7 +335,7 @@ def _classify(session: Session, series: Series, change: ChangePoint,
               for platform, s in sibling_series(session, series.key, last=2 * DEFAULT_CONFIG.window).items()
               if s.points}
     own = PlatformSeries([p.samples for p in series.points], [p.position for p in series.points])
-    verdict = classify_change(series.key.platform, change, own, others)
+    verdict = classify_change(series.key.platform, change, own, others, config_for(series.key.metric))
     details: dict[str, Any] = {"platforms": verdict.changed, "unchanged": verdict.unchanged,
                                "missing": verdict.missing, "ambiguous": verdict.ambiguous,
                                "comparison": verdict.details}

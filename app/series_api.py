@@ -16,6 +16,7 @@ from app import queue
 from app.auth import require_admin
 from app.db import request_session
 from app.detection import detect
+from app.detection_service import config_for
 from app.errors import Invalid, NotFound
 from app.models import Alert, AlertChange, AlertState, Commit, Repository, Run
 from app.runner_api import json_body
@@ -49,7 +50,8 @@ def _point_json(point: Any) -> dict[str, Any]:
 
 
 def series_json(series: Series, context: dict[str, Any] | None) -> dict[str, Any]:
-    changes = detect([p.samples for p in series.points], [p.position for p in series.points])
+    changes = detect([p.samples for p in series.points], [p.position for p in series.points],
+                     config_for(series.key.metric))
     return {
         "context_fingerprint": series.key.context_fingerprint, "context": context,
         "direction": series.direction, "unit": series.unit, "ordered_by": series.ordered_by,

@@ -32,8 +32,7 @@ import ruptures as rpt
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from app.detection import (DEFAULT_CONFIG, _CumsumL2, detect, detect_recent, find_change_points,  # noqa: E402
-                           noise_sigma)
+from app.detection import DEFAULT_CONFIG, _CumsumL2, detect, detect_recent, find_change_points  # noqa: E402
 
 PEER_VENV = ROOT / "var" / "bench-peers" / "otava"
 MARGIN = 5
@@ -113,10 +112,17 @@ def call_peer(python: Path, request: dict, timeout: float = 1800) -> dict:
 
 # ---------------------------------------------------------------- methods
 
+def _mad_sigma(values: np.ndarray) -> float:
+    """The textbook robust noise scale for change-point penalties: MAD(diff(x)) / sqrt(2)."""
+    diffs = np.diff(values)
+    return 1.4826 * float(np.median(np.abs(diffs - np.median(diffs)))) / math.sqrt(2.0)
+
+
 def _bic_penalty(values: np.ndarray) -> float:
     # BIC for Gaussian mean shifts with a known variance: each change adds a mean and a
-    # location, so 2 log n in units of sigma^2 (sigma from the MAD of differences, as ours).
-    sigma = max(noise_sigma(values), 1e-9 * max(1.0, float(np.abs(values).mean())))
+    # location, so 2 log n in units of sigma^2. Sigma is the MAD of differences: a plain
+    # standard deviation would include the steps themselves.
+    sigma = max(_mad_sigma(values), 1e-9 * max(1.0, float(np.abs(values).mean())))
     return 2.0 * sigma * sigma * math.log(len(values))
 
 

@@ -294,3 +294,15 @@ def test_the_detection_duty_is_registered_for_the_background_loop():
     assert any(d.name == "detection" and d.run is scan_dirty for d in all_duties())
     assert detection_service.DUTIES[0].name == "detection"
     assert math.isfinite(detection_service.DUTIES[0].interval_s)
+
+
+def test_a_metric_with_its_own_minimum_magnitude_ignores_smaller_changes(build, db):
+    from app.detection_service import MIN_RELATIVE
+    shas = build.branch(40)
+    build.history(shas, "rocm", step(40, 30, 50.0, +0.04), cv=0.002, seed=9, metric="itl_p99",
+                  direction="lower_is_better")
+    build.history(shas, "rocm", step(40, 30, 8.0, +0.04), cv=0.002, seed=9, metric="itl_p50",
+                  direction="lower_is_better")
+    scan_dirty(db)
+    assert MIN_RELATIVE["itl_p99"] > 0.04
+    assert [c.metric for c in changes(db)] == ["itl_p50"]
