@@ -95,6 +95,14 @@ class Req:
             self.finish_reason = FinishReason("length", message=f"reached the model context of {max_context}")
 
 
+def shared_prefix_len(kv_indices: torch.Tensor, kv_lens: torch.Tensor) -> int:
+    """Leading KV slots identical in every row, short of each row's last (newly written) slot."""
+    if kv_indices.shape[0] < 2:
+        return 0
+    same = (kv_indices == kv_indices[:1]).all(0).to(torch.int32)
+    return min(int(same.cumprod(0).sum()), int(kv_lens.min()) - 1)
+
+
 def release(req: Req, pools: Pools, cache: bool) -> None:
     """Give back the request's row and KV slots. With cache=True its computed KV goes into the prefix
     cache (duplicates of already-cached tokens are freed); otherwise all its own slots are freed."""
@@ -142,7 +150,9 @@ class ScheduleBatch:
             r.kv_len += r.extend_len
         return batch
 
-    def prepare_for_decode(self, pools: Pools, device: torch.device) -> ForwardBatch:
+    def prepare_for_decode(self, pools: Pools, device: torch.device, cascade_min: int = 0) -> ForwardBatch:
+        """cascade_min > 0: when all requests share at least that many leading KV slots, attend to
+        them once for the whole batch (see Attention._cascade_decode)."""
         self.mode = "decode"
         table = pools.req_to_token.req_to_token
         out_loc = pools.alloc_tokens(len(self.reqs))
@@ -152,13 +162,18 @@ class ScheduleBatch:
         kv_lens = positions + 1
         max_kv = int(kv_lens.max())
         kv_indices = table[rows, :max_kv]
+        shared = shared_prefix_len(kv_indices, kv_lens) if cascade_min > 0 else 0
+        prefix_slots = None
+        if cascade_min > 0 and shared >= cascade_min:
+            prefix_slots = kv_indices[0, :shared].to(device)
+            kv_indices, kv_lens, max_kv = kv_indices[:, shared:], kv_lens - shared, max_kv - shared
         mask = torch.arange(max_kv)[None, :] < kv_lens[:, None]
         batch = ForwardBatch(
             input_ids=torch.tensor([r.output_ids[-1] for r in self.reqs], device=device),
             positions=positions.to(device), out_cache_loc=out_loc.to(device),
-            kv_indices=kv_indices.to(device), attn_mask=mask[:, None, None, :].to(device),
+            kv_indices=kv_indices.contiguous().to(device), attn_mask=mask[:, None, None, :].to(device),
             pad_index=torch.arange(len(self.reqs), device=device),
-            logits_index=torch.arange(len(self.reqs), device=device), max_q=1)
+            logits_index=torch.arange(len(self.reqs), device=device), max_q=1, prefix_slots=prefix_slots)
         for r in self.reqs:
             r.kv_len += 1
         return batch
@@ -168,9 +183,6 @@ class ScheduleBatch:
 
     def merge(self, other: "ScheduleBatch") -> None:
         self.reqs.extend(other.reqs)
-
-    def decode_tokens_needed(self) -> int:
-        return len(self.reqs)
 
     def retract_decode(self, pools: Pools) -> list[Req]:
         """Retract requests until the rest can decode one step; returns the retracted ones, whose

@@ -35,6 +35,9 @@ class SchedulerConfig:
     init_new_token_ratio: float = 0.7
     min_new_token_ratio: float = 0.1
     new_token_ratio_decay: float = 0.001
+    # Decode batches whose requests share at least this many cached prefix tokens attend to them
+    # once (cascade attention); 0 disables it.
+    cascade_min_prefix: int = 32
 
 
 @dataclass
@@ -51,6 +54,7 @@ class StepRecord:
     batch_size: int
     tokens: int
     seconds: float
+    shared_prefix: int = 0  # KV slots attended once for the whole decode batch (cascade)
 
 
 @dataclass
@@ -155,7 +159,7 @@ class Scheduler:
         if batch.mode == "extend":
             forward_batch = batch.prepare_for_extend(self.pools, self.device)
         else:
-            forward_batch = batch.prepare_for_decode(self.pools, self.device)
+            forward_batch = batch.prepare_for_decode(self.pools, self.device, self.config.cascade_min_prefix)
         logits = self.loaded.model(forward_batch, self.pools.kv_cache)
         rows = [i for i, r in enumerate(batch.reqs) if r.prefill_done]
         tokens: list[int | None] = [None] * len(batch.reqs)
@@ -167,7 +171,8 @@ class Scheduler:
             for i, tok, gap in zip(rows, ids, gaps):
                 tokens[i], margins[i] = tok, gap
         seconds = time.perf_counter() - start
-        self.steps.append(StepRecord(batch.mode, len(batch.reqs), forward_batch.input_ids.numel(), seconds))
+        shared = 0 if forward_batch.prefix_slots is None else forward_batch.prefix_slots.numel()
+        self.steps.append(StepRecord(batch.mode, len(batch.reqs), forward_batch.input_ids.numel(), seconds, shared))
         return BatchResult(tokens, margins, seconds)
 
     def process_batch_result(self, batch: ScheduleBatch, result: BatchResult) -> None:

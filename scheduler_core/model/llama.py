@@ -26,6 +26,10 @@ class ForwardBatch:
     pad_index: torch.Tensor  # [T] row of each token in the padded [B * max_q] layout
     logits_index: torch.Tensor  # [N] token rows whose logits are returned
     max_q: int
+    # Decode with a KV prefix shared by every request (same slots, e.g. a few-shot prompt from the
+    # radix cache): attention over it runs once for the whole batch, and kv_indices/attn_mask then
+    # cover only each request's own suffix.
+    prefix_slots: torch.Tensor | None = None  # [P]
 
     @property
     def batch_size(self) -> int:
@@ -134,6 +138,8 @@ class Attention(nn.Module):
         k_cache.index_copy_(0, batch.out_cache_loc, k)
         v_cache.index_copy_(0, batch.out_cache_loc, v)
         bsz, max_q = batch.batch_size, batch.max_q
+        if batch.prefix_slots is not None:
+            return self.o_proj(self._cascade_decode(q, batch, k_cache, v_cache))
         if max_q == 1:
             q_pad = q.unsqueeze(1)
         else:
@@ -151,6 +157,37 @@ class Attention(nn.Module):
         if max_q != 1:
             out = out[batch.pad_index]
         return self.o_proj(out)
+
+
+    def _cascade_decode(self, q: torch.Tensor, batch: ForwardBatch, k_cache: torch.Tensor,
+                        v_cache: torch.Tensor) -> torch.Tensor:
+        """Decode attention as two partial softmaxes merged by their log-sum-exp: one over the shared
+        prefix for all queries at once (one gather, one matmul per KV head), one over each suffix."""
+        bsz, kvh, hd = batch.batch_size, self.num_kv_heads, self.head_dim
+        group = self.num_heads // kvh
+        q = q.view(bsz, kvh, group, hd) * hd ** -0.5  # query head h reads KV head h // group
+        k_pre = torch.index_select(k_cache, 0, batch.prefix_slots).permute(1, 2, 0)  # [kvh, hd, P]
+        v_pre = torch.index_select(v_cache, 0, batch.prefix_slots).transpose(0, 1)  # [kvh, P, hd]
+        s_pre = torch.matmul(q.transpose(0, 1).reshape(kvh, bsz * group, hd), k_pre)  # [kvh, B*g, P]
+        m_pre = s_pre.amax(-1, keepdim=True)
+        e_pre = torch.exp(s_pre - m_pre)
+        o_pre = torch.matmul(e_pre, v_pre)  # unnormalised [kvh, B*g, hd]
+
+        def per_request(t: torch.Tensor) -> torch.Tensor:  # [kvh, B*g, x] -> [B, kvh, g, x]
+            return t.view(kvh, bsz, group, -1).transpose(0, 1)
+
+        m_pre, l_pre, o_pre = per_request(m_pre), per_request(e_pre.sum(-1, keepdim=True)), per_request(o_pre)
+        flat = batch.kv_indices.reshape(-1)
+        k_suf = torch.index_select(k_cache, 0, flat).view(bsz, -1, kvh, hd).permute(0, 2, 3, 1)  # [B, kvh, hd, S]
+        v_suf = torch.index_select(v_cache, 0, flat).view(bsz, -1, kvh, hd).transpose(1, 2)  # [B, kvh, S, hd]
+        s_suf = torch.matmul(q, k_suf).masked_fill(~batch.attn_mask, float("-inf"))  # [B, kvh, g, S]
+        m_suf = s_suf.amax(-1, keepdim=True)  # finite: each request's own new token is in its suffix
+        e_suf = torch.exp(s_suf - m_suf)
+        o_suf = torch.matmul(e_suf, v_suf)
+        m = torch.maximum(m_pre, m_suf)
+        a_pre, a_suf = torch.exp(m_pre - m), torch.exp(m_suf - m)
+        out = (o_pre * a_pre + o_suf * a_suf) / (l_pre * a_pre + e_suf.sum(-1, keepdim=True) * a_suf)
+        return out.reshape(bsz, self.num_heads * hd)
 
 
 class MLP(nn.Module):

@@ -63,3 +63,19 @@ def test_same_batches_twice_match_exactly() -> None:
     a = tiny_engine().generate(PROMPTS, PARAMS)
     b = tiny_engine().generate(PROMPTS, PARAMS)
     assert [o.output_ids for o in a] == [o.output_ids for o in b]
+
+
+def test_cascade_decode_over_a_shared_prefix_matches_plain_attention() -> None:
+    prefix = "Shared few-shot preamble that every request starts with, long enough to cascade. "
+    prompts = [prefix + q for q in ("one", "two two", "three three three", "four")]
+    plain = tiny_engine(cascade_min_prefix=0)
+    cascade = tiny_engine(cascade_min_prefix=32)
+    for engine in (plain, cascade):
+        engine.generate(prompts[:1], PARAMS)  # put the prefix in the radix cache
+    a, b = plain.generate(prompts, PARAMS), cascade.generate(prompts, PARAMS)
+    assert any(s.shared_prefix >= 32 for s in cascade.scheduler.steps)
+    assert not any(s.shared_prefix for s in plain.scheduler.steps)
+    for x, y in zip(a, b):
+        assert x.output_ids == y.output_ids
+        assert max(abs(p - q) for p, q in zip(x.margins, y.margins)) < 1e-3
+    cascade.scheduler.pools.check_idle_invariant()
