@@ -106,12 +106,13 @@ def scan_dirty(db: Database, limit: int = SCAN_BATCH) -> ScanReport:
                 report.merge(scan_series(session, SeriesKey.from_json(state.description["key"]), full=False))
                 session.commit()
             except Exception:
+                # One broken series must not starve the others: log it, keep it dirty, go on.
+                log.exception("detection scan failed", extra={"px_series": state_id})
                 session.rollback()
                 state = session.get(DetectionState, state_id)
                 if state is not None:
                     state.dirty = True   # retried on the next tick
                 session.commit()
-                raise
     return report
 
 

@@ -306,3 +306,23 @@ def test_a_metric_with_its_own_minimum_magnitude_ignores_smaller_changes(build, 
     scan_dirty(db)
     assert MIN_RELATIVE["itl_p99"] > 0.04
     assert [c.metric for c in changes(db)] == ["itl_p50"]
+
+
+def test_a_failing_series_stays_dirty_and_does_not_stop_the_others(build, db, monkeypatch):
+    shas = build.branch(12)
+    for value in shas:
+        build.result(value, "rocm", [1000.0])
+        build.result(value, "cuda", [3000.0])
+    real = detection_service.scan_series
+
+    def broken_on_rocm(session, series_key, *, full):  # type: ignore[no-untyped-def]
+        if series_key.platform == "rocm":
+            raise RuntimeError("boom")
+        return real(session, series_key, full=full)
+
+    monkeypatch.setattr(detection_service, "scan_series", broken_on_rocm)
+    report = scan_dirty(db)
+    assert report.series == 1
+    with db.session() as session:
+        dirty = {s.description["key"]["platform"]: s.dirty for s in session.scalars(select(DetectionState))}
+    assert dirty == {"rocm": True, "cuda": False}
