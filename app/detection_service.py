@@ -72,13 +72,17 @@ class ScanReport:
 
 # ---------------------------------------------------------------- marking
 
-def mark_dirty(session: Session, key: SeriesKey) -> None:
-    """Insert or flag the series' state row; one statement, safe under concurrent completions."""
+def _insert(session: Session):  # type: ignore[no-untyped-def]
     if session.get_bind().dialect.name == "postgresql":
         from sqlalchemy.dialects.postgresql import insert
     else:
         from sqlalchemy.dialects.sqlite import insert
-    statement = insert(DetectionState).values(series_key=key.digest, dirty=True, description={"key": key.to_json()})
+    return insert(DetectionState)
+
+
+def mark_dirty(session: Session, key: SeriesKey) -> None:
+    """Insert or flag the series' state row; one statement, safe under concurrent completions."""
+    statement = _insert(session).values(series_key=key.digest, dirty=True, description={"key": key.to_json()})
     session.execute(statement.on_conflict_do_update(index_elements=["series_key"], set_={"dirty": True}))
 
 
@@ -155,13 +159,13 @@ def scan_series(session: Session, key: SeriesKey, *, full: bool) -> ScanReport:
 
 
 def _save_state(session: Session, series: Series, found: list[dict[str, Any]]) -> None:
-    state = session.scalar(select(DetectionState).where(DetectionState.series_key == series.key.digest))
-    if state is None:
-        state = DetectionState(series_key=series.key.digest, dirty=False)
-        session.add(state)
-    state.last_scanned_at = utcnow()
-    state.description = {"key": series.key.to_json(), "points": len(series.points),
-                         "ordered_by": series.ordered_by, "last_change_points": found}
+    """Record the scan; never touches `dirty` (a run stored meanwhile keeps its mark)."""
+    values = {"last_scanned_at": utcnow(),
+              "description": {"key": series.key.to_json(), "points": len(series.points),
+                              "ordered_by": series.ordered_by, "last_change_points": found}}
+    session.flush()
+    statement = _insert(session).values(series_key=series.key.digest, dirty=False, **values)
+    session.execute(statement.on_conflict_do_update(index_elements=["series_key"], set_=values))
 
 
 def _change_json(series: Series, change: ChangePoint) -> dict[str, Any]:

@@ -326,3 +326,20 @@ def test_a_failing_series_stays_dirty_and_does_not_stop_the_others(build, db, mo
     with db.session() as session:
         dirty = {s.description["key"]["platform"]: s.dirty for s in session.scalars(select(DetectionState))}
     assert dirty == {"rocm": True, "cuda": False}
+
+
+def test_a_result_stored_while_its_series_is_scanned_keeps_the_series_dirty(build, db, monkeypatch):
+    shas = build.branch(12)
+    for value in shas[:11]:
+        build.result(value, "rocm", [1000.0])
+    real = detection_service.scan_series
+
+    def scan_while_a_run_arrives(session, series_key, *, full):  # type: ignore[no-untyped-def]
+        build.result(shas[11], "rocm", [1000.0])     # another process completes a job meanwhile
+        return real(session, series_key, full=full)
+
+    monkeypatch.setattr(detection_service, "scan_series", scan_while_a_run_arrives)
+    scan_dirty(db)
+    with db.session() as session:
+        (state,) = session.scalars(select(DetectionState))
+    assert state.dirty and state.last_scanned_at is not None
