@@ -162,7 +162,7 @@ def _save_state(session: Session, series: Series, found: list[dict[str, Any]]) -
     """Record the scan; never touches `dirty` (a run stored meanwhile keeps its mark)."""
     values = {"last_scanned_at": utcnow(),
               "description": {"key": series.key.to_json(), "points": len(series.points),
-                              "ordered_by": series.ordered_by, "last_change_points": found}}
+                              "ordered_by": series.ordered_by, "last_change_points": json_safe(found)}}
     session.flush()
     statement = _insert(session).values(series_key=series.key.digest, dirty=False, **values)
     session.execute(statement.on_conflict_do_update(index_elements=["series_key"], set_=values))
@@ -233,23 +233,34 @@ def _new_change(session: Session, series: Series, *, kind: str, good_index: int 
     change = AlertChange(
         alert_id=alert.id, suite=key.suite, metric=key.metric, platform=key.platform,
         context_fingerprint=key.context_fingerprint, direction=series.direction,
-        relative_change=_finite(relative_change), ci_low=_finite(ci[0]) if ci else None,
-        ci_high=_finite(ci[1]) if ci else None, p_value=p_value, before_value=before, after_value=after,
+        relative_change=_finite(relative_change), ci_low=json_safe(ci[0]) if ci else None,
+        ci_high=json_safe(ci[1]) if ci else None, p_value=p_value, before_value=before, after_value=after,
         classification=classification, is_regression=regression,
         suspected_commits=_suspects(series, good_index, bad_index, session),
-        details={"good_position": series.points[good_index].position if good_index is not None else None,
-                 "bad_position": bad.position, "ordered_by": series.ordered_by, **details})
+        details=json_safe({"good_position": series.points[good_index].position if good_index is not None else None,
+                            "bad_position": bad.position, "ordered_by": series.ordered_by, **details}))
     session.add(change)
     alert.updated_at = utcnow()
     session.flush()
     report.created.append(change.id)
     if regression:
-        _report_status(session, series, bad.sha, relative_change, classification, kind)
+        _report_status(session, series, bad.sha, relative_change, classification, kind, before, after)
     else:
         _restore(session, series, change, report)
     log.info("alert change recorded", extra={"px_alert": alert.id, "px_new_alert": created,
                                              "px_metric": key.metric, "px_platform": key.platform})
     return change
+
+
+def json_safe(value: Any) -> Any:
+    """JSON columns get null for NaN/inf: PostgreSQL refuses the `Infinity` token."""
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, dict):
+        return {k: json_safe(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [json_safe(v) for v in value]
+    return value
 
 
 def _finite(value: float) -> float:
@@ -286,17 +297,20 @@ def _restore(session: Session, series: Series, improvement: AlertChange, report:
 
 
 def _report_status(session: Session, series: Series, sha: str, relative_change: float, classification: str,
-                   kind: str) -> None:
+                   kind: str, before: float | None, after: float | None) -> None:
     """A new regression turns the bad commit's status to failure (when the GitHub area exists)."""
     if importlib.util.find_spec("app.github_status") is None:
         return
     github_status = importlib.import_module("app.github_status")
     key = series.key
     metric = key.metric[len("items:"):] + " accuracy" if key.is_items else key.metric
+    label = classification.replace("_", "-")
     if kind == "correctness":
-        text = f"{metric} = {relative_change:g} on {key.platform} ({classification.replace('_', '-')})"
+        text = f"{metric} = {relative_change:g} on {key.platform} ({label})"
+    elif not math.isfinite(relative_change):
+        text = f"{metric} {before:g} -> {after:g} on {key.platform} ({label})"
     else:
-        text = f"{metric} {relative_change * 100:+.1f}% on {key.platform} ({classification.replace('_', '-')})"
+        text = f"{metric} {relative_change * 100:+.1f}% on {key.platform} ({label})"
     github_status.set_status(session, repository_id=key.repository_id, sha=sha, platform=key.platform,
                              suite=key.suite, state="failure", description=text[:140])
 
@@ -324,7 +338,7 @@ def _record_performance_change(session: Session, series: Series, change: ChangeP
         existing.relative_change = _finite(change.relative_change)
         existing.ci_low, existing.ci_high = _finite(change.ci_low), _finite(change.ci_high)
         existing.p_value, existing.before_value, existing.after_value = change.p_value, change.before, change.after
-        existing.details = {**existing.details, **stats}
+        existing.details = json_safe({**existing.details, **stats})
         report.updated += 1
         return
     verdict, details = _classify(session, series, change, report)
@@ -383,8 +397,8 @@ def _reclassify_waiting(session: Session, series: Series, report: ScanReport) ->
                AlertChange.classification == "inconclusive")))
     for row in waiting:
         stored = row.details.get("change")
-        if not stored:
-            continue
+        if not stored or any(v is None for v in stored.values()):
+            continue   # numbers that were not finite cannot be compared across platforms
         key = SeriesKey(series.key.repository_id, series.key.branch, row.suite, row.metric, row.platform,
                         row.context_fingerprint)
         own = load_series(session, key, last=2 * DEFAULT_CONFIG.window)
@@ -395,7 +409,7 @@ def _reclassify_waiting(session: Session, series: Series, report: ScanReport) ->
         verdict, details = _classify(session, own, change, ScanReport())
         if verdict != "inconclusive" or details["missing"] != row.details.get("missing"):
             row.classification = verdict
-            row.details = {**row.details, **details, "confirm_jobs": row.details.get("confirm_jobs", [])}
+            row.details = json_safe({**row.details, **details, "confirm_jobs": row.details.get("confirm_jobs", [])})
             report.updated += 1
 
 

@@ -16,7 +16,7 @@ from app import queue
 from app.auth import require_admin
 from app.db import request_session
 from app.detection import detect
-from app.detection_service import config_for
+from app.detection_service import config_for, json_safe
 from app.errors import Invalid, NotFound
 from app.models import Alert, AlertChange, AlertState, Commit, Repository, Run
 from app.runner_api import json_body
@@ -56,11 +56,11 @@ def series_json(series: Series, context: dict[str, Any] | None) -> dict[str, Any
         "context_fingerprint": series.key.context_fingerprint, "context": context,
         "direction": series.direction, "unit": series.unit, "ordered_by": series.ordered_by,
         "points": [_point_json(p) for p in series.points],
-        "change_points": [{"index": c.index, "good": series.points[c.index - 1].sha,
+        "change_points": [json_safe({"index": c.index, "good": series.points[c.index - 1].sha,
                            "bad": series.points[c.index].sha, "good_position": c.good_position,
                            "bad_position": c.bad_position, "before": c.before, "after": c.after,
                            "relative_change": c.relative_change, "ci": [c.ci_low, c.ci_high],
-                           "p_value": c.p_value} for c in changes],
+                           "p_value": c.p_value}) for c in changes],
     }
 
 

@@ -120,3 +120,15 @@ def test_parallax_detect_refuses_an_unknown_repository(database_url, tmp_path):
     env = {"PARALLAX_DATABASE_URL": database_url, "PARALLAX_CONFIG": str(config)}
     result = CliRunner().invoke(main, ["detect", "--rescan", "--repository", "nobody/nothing"], env=env)
     assert result.exit_code != 0 and "unknown repository 'nobody/nothing'" in result.output
+
+
+def test_series_json_stays_strict_json_when_a_level_starts_at_zero(client, build):
+    import json
+    shas = build.branch(30)
+    for i, value in enumerate(shas):
+        build.result(value, "rocm", [0.0] if i < 20 else [5.0], metric="retractions", direction="lower_is_better")
+    response = client.get(series_url(metric="retractions"))
+    text = response.get_data(as_text=True)
+    assert "Infinity" not in text and "NaN" not in text
+    (change,) = json.loads(text)["series"][0]["change_points"]
+    assert change["bad"] == shas[20] and change["ci"] == [None, None]

@@ -343,3 +343,14 @@ def test_a_result_stored_while_its_series_is_scanned_keeps_the_series_dirty(buil
     with db.session() as session:
         (state,) = session.scalars(select(DetectionState))
     assert state.dirty and state.last_scanned_at is not None
+
+
+def test_a_count_that_leaves_zero_is_recorded_without_infinite_numbers(build, db):
+    shas = build.branch(30)
+    for i, value in enumerate(shas):
+        build.result(value, "rocm", [0.0, 0.0] if i < 20 else [5.0, 5.0], metric="retractions",
+                     direction="lower_is_better")
+    scan_dirty(db)
+    (change,) = changes(db)
+    assert change.is_regression and change.before_value == 0.0 and change.after_value == 5.0
+    assert change.details["change"]["ci_low"] is None
