@@ -132,3 +132,35 @@ def test_series_json_stays_strict_json_when_a_level_starts_at_zero(client, build
     assert "Infinity" not in text and "NaN" not in text
     (change,) = json.loads(text)["series"][0]["change_points"]
     assert change["bad"] == shas[20] and change["ci"] == [None, None]
+
+
+def test_end_to_end_runner_results_to_an_alert_through_the_background_duty(client, app, db):
+    """Results uploaded over the runner protocol, the `detection` duty run by the background
+    loop's `run_due`, the alert read back over HTTP (no branch history: queue order)."""
+    import json
+
+    import numpy as np
+
+    from app.background import run_due
+    from app.detection_service import DUTIES
+    from tests.service.helpers import claim, document, queue_jobs, raw, register
+    headers = register(client, app, "rocm")
+    rng = np.random.default_rng(3)
+    shas = [f"{i:040x}" for i in range(1, 36)]
+    for i, sha in enumerate(shas):
+        queue_jobs(client, sha, suite="decode-throughput", platform="rocm")
+        job = claim(client, headers).get_json()["job"]
+        level = (1000.0 if i < 25 else 820.0) * (1 + 0.005 * rng.standard_normal())
+        doc = document(metrics=[{"name": "output_throughput", "unit": "tok/s", "direction": "higher_is_better",
+                                 "samples": [round(level * (1 + 0.001 * e), 3) for e in rng.standard_normal(3)]}],
+                       environment={"platform": "rocm", "device": "MI300X", "simulated": False})
+        doc.pop("items")
+        response = client.post(f"/api/v1/jobs/{job['id']}/complete", data=raw(doc), headers=headers)
+        assert response.status_code == 201, response.get_json()
+    done = run_due(db, DUTIES)
+    assert len(done["detection"].created) == 1
+    (alert,) = client.get("/api/v1/alerts?state=new&platform=rocm").get_json()["alerts"]
+    assert (alert["good"], alert["bad"]) == (shas[24], shas[25])
+    assert alert["changes"][0]["relative_change"] == pytest.approx(-0.18, abs=0.02)
+    body = json.loads(client.get(series_url()).get_data(as_text=True))
+    assert body["series"][0]["ordered_by"] == "queue" and len(body["series"][0]["points"]) == 35
