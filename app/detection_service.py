@@ -189,14 +189,41 @@ def _series_changes(session: Session, key: SeriesKey) -> list[AlertChange]:
         .order_by(AlertChange.id)))
 
 
-def _alert_group(session: Session, key: SeriesKey, kind: str, good_id: int | None, bad_id: int,
+def _branch_position(session: Session, key: SeriesKey, commit_id: int | None) -> int | None:
+    if commit_id is None:
+        return None
+    from app.models import Branch, BranchCommit
+    return session.scalar(select(BranchCommit.position).join(Branch, Branch.id == BranchCommit.branch_id)
+                          .where(Branch.repository_id == key.repository_id, Branch.name == key.branch,
+                                 BranchCommit.commit_id == commit_id, BranchCommit.active.is_(True)))
+
+
+def _alert_group(session: Session, series: Series, kind: str, good_id: int | None, bad_id: int,
                  regression: bool) -> tuple[Alert, bool]:
+    """The open alert of the same kind whose commit range overlaps this one (platforms measured
+    at different commits see one culprit through different ranges), narrowed to the overlap;
+    or a new alert."""
+    key = series.key
+    same = (Alert.repository_id == key.repository_id, Alert.branch == key.branch, Alert.kind == kind,
+            Alert.is_regression.is_(regression))
     alert = session.scalar(select(Alert).where(
-        Alert.repository_id == key.repository_id, Alert.branch == key.branch, Alert.kind == kind,
-        Alert.good_commit_id == good_id if good_id is not None else Alert.good_commit_id.is_(None),
-        Alert.bad_commit_id == bad_id, Alert.is_regression.is_(regression)).limit(1))
+        *same, Alert.good_commit_id == good_id if good_id is not None else Alert.good_commit_id.is_(None),
+        Alert.bad_commit_id == bad_id).limit(1))
     if alert is not None:
         return alert, False
+    good_pos, bad_pos = _branch_position(session, key, good_id), _branch_position(session, key, bad_id)
+    if series.ordered_by == "branch" and good_pos is not None and bad_pos is not None:
+        for candidate in session.scalars(select(Alert).where(*same, Alert.state.in_(OPEN_STATES))
+                                         .order_by(Alert.id.desc()).limit(100)):
+            c_good = _branch_position(session, key, candidate.good_commit_id)
+            c_bad = _branch_position(session, key, candidate.bad_commit_id)
+            if c_good is None or c_bad is None or not (c_good < bad_pos and good_pos < c_bad):
+                continue
+            if good_pos > c_good:
+                candidate.good_commit_id = good_id
+            if bad_pos < c_bad:
+                candidate.bad_commit_id = bad_id
+            return candidate, False
     alert = Alert(repository_id=key.repository_id, branch=key.branch, good_commit_id=good_id, bad_commit_id=bad_id,
                   kind=kind, is_regression=regression, state=AlertState.new)
     session.add(alert)
@@ -229,7 +256,7 @@ def _new_change(session: Session, series: Series, *, kind: str, good_index: int 
     regression = kind == "correctness" or is_regression(series.direction, relative_change)
     good_id = series.points[good_index].commit_id if good_index is not None else None
     bad = series.points[bad_index]
-    alert, created = _alert_group(session, key, kind, good_id, bad.commit_id, regression)
+    alert, created = _alert_group(session, series, kind, good_id, bad.commit_id, regression)
     change = AlertChange(
         alert_id=alert.id, suite=key.suite, metric=key.metric, platform=key.platform,
         context_fingerprint=key.context_fingerprint, direction=series.direction,

@@ -354,3 +354,20 @@ def test_a_count_that_leaves_zero_is_recorded_without_infinite_numbers(build, db
     (change,) = changes(db)
     assert change.is_regression and change.before_value == 0.0 and change.after_value == 5.0
     assert change.details["change"]["ci_low"] is None
+
+
+def test_platforms_measured_at_different_commits_share_one_alert_narrowed_to_the_overlap(build, db):
+    shas = build.branch(60)
+    build.history(shas, "rocm", step(60, 41, 1000.0, -0.15), seed=10)
+    every_third = shas[::3]                         # cuda measured at 0, 3, ..., 39, 42, ...
+    build.history(every_third, "cuda", step(20, 14, 3000.0, -0.15), seed=11)
+    scan_dirty(db)
+    rows = changes(db)
+    assert sorted(c.platform for c in rows) == ["cuda", "rocm"]
+    assert len({c.alert_id for c in rows}) == 1
+    with db.session() as session:
+        alert = session.get(Alert, rows[0].alert_id)
+        assert (session.get(Commit, alert.good_commit_id).sha, session.get(Commit, alert.bad_commit_id).sha) == \
+            (shas[40], shas[41])
+    cuda = next(c for c in rows if c.platform == "cuda")
+    assert cuda.suspected_commits == [shas[40], shas[41], shas[42]]
