@@ -7,7 +7,8 @@ configuration, 0-based indices where a new level starts. The service uses the ri
 
 The method, in order:
 1. each point's level is the median of its finite samples; points without any are dropped;
-2. the noise scale sigma is the MAD of first differences (robust to steps and to spikes);
+2. the noise scale sigma comes from first differences, trimmed at 3.5 MADs (robust to steps
+   and spikes);
 3. single outliers (a point far from both neighbours, which agree with each other) are spikes:
    they are replaced by their neighbours' median for segmentation and left out of the tests;
 4. candidates come from ruptures' binary segmentation on the noise-normalised levels with a
