@@ -124,6 +124,7 @@ def release(req: Req, pools: Pools, cache: bool) -> None:
 class ScheduleBatch:
     reqs: list[Req]
     mode: str = "decode"  # "extend" | "decode"
+    mixed: bool = False  # extend batch that also carries running requests' decode tokens
 
     def is_empty(self) -> bool:
         return not self.reqs

@@ -35,7 +35,8 @@ class Engine:
                  kv_tokens: int = 16384, chunked_prefill_size: int | None = 1024, max_prefill_tokens: int = 4096,
                  schedule_policy: str = "fcfs", enable_radix_cache: bool = True,
                  dtype: torch.dtype = torch.float32, seed: int = 0, check_invariants: bool = True,
-                 num_threads: int | None = None, cascade_min_prefix: int = 32) -> None:
+                 num_threads: int | None = None, cascade_min_prefix: int = 32,
+                 enable_mixed_chunk: bool = True) -> None:
         if schedule_policy not in POLICIES:
             raise ValueError(f"unknown schedule_policy {schedule_policy!r}; expected one of {', '.join(POLICIES)}")
         if max_running_requests <= 0 or kv_tokens <= 0:
@@ -55,7 +56,7 @@ class Engine:
             max_running_requests=max_running_requests, kv_tokens=kv_tokens,
             chunked_prefill_size=chunked_prefill_size, max_prefill_tokens=max_prefill_tokens,
             schedule_policy=schedule_policy, enable_radix_cache=enable_radix_cache,
-            cascade_min_prefix=cascade_min_prefix)
+            cascade_min_prefix=cascade_min_prefix, enable_mixed_chunk=enable_mixed_chunk)
         self.scheduler = Scheduler(self.loaded, self.config, self.device)
         self.check_invariants = check_invariants
         self._rids = itertools.count()
@@ -67,7 +68,7 @@ class Engine:
                 "max_running_requests": c.max_running_requests, "kv_tokens": c.kv_tokens,
                 "chunked_prefill_size": c.chunked_prefill_size, "max_prefill_tokens": c.max_prefill_tokens,
                 "schedule_policy": c.schedule_policy, "radix_cache": c.enable_radix_cache,
-                "cascade_min_prefix": c.cascade_min_prefix,
+                "cascade_min_prefix": c.cascade_min_prefix, "mixed_chunk": c.enable_mixed_chunk,
                 "device": str(self.device), "dtype": str(next(self.loaded.model.parameters()).dtype),
                 "overlap": False, "num_threads": torch.get_num_threads()}
 

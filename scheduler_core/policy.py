@@ -30,13 +30,14 @@ class PrefillAdder:
     max_prefill_tokens: int
     chunk_size: int | None  # None: no chunking
     max_new_reqs: int
+    decode_reserve: int = 0  # KV slots the running requests' decode tokens take in this same step
     can_run: list[Req] = field(default_factory=list)
     chunked: Req | None = None
     used_tokens: int = 0  # extend tokens in this batch
     reserved: int = 0  # KV slots promised to admitted requests
 
     def __post_init__(self) -> None:
-        self.reserved = sum(self._future(r) for r in self.running)
+        self.reserved = sum(self._future(r) for r in self.running) + self.decode_reserve
 
     def _future(self, req: Req) -> int:
         return int(min(req.remaining_new_tokens(), CLIP_MAX_NEW_TOKENS) * self.new_token_ratio)
@@ -64,7 +65,7 @@ class PrefillAdder:
             req.kv_len = req.tree_len = slots.numel()
             req.cached_tokens += slots.numel()
             req.last_node = node
-        elif not pools.can_alloc(min(req.seq_len - req.kv_len, self.chunk_size or req.seq_len)):
+        elif not pools.can_alloc(min(req.seq_len - req.kv_len, self.chunk_size or req.seq_len) + self.decode_reserve):
             return False  # a chunked request resuming: wait until its next chunk fits
         remaining = req.seq_len - req.kv_len
         budget = self.max_prefill_tokens - self.used_tokens

@@ -38,6 +38,9 @@ class SchedulerConfig:
     # Decode batches whose requests share at least this many cached prefix tokens attend to them
     # once (cascade attention); 0 disables it.
     cascade_min_prefix: int = 32
+    # Run the running requests' decode tokens inside a prefill batch (one forward instead of two):
+    # on a CPU every forward is a full pass over the weights, whatever its size.
+    enable_mixed_chunk: bool = True
 
 
 @dataclass
@@ -55,6 +58,7 @@ class StepRecord:
     tokens: int
     seconds: float
     shared_prefix: int = 0  # KV slots attended once for the whole decode batch (cascade)
+    mixed: bool = False  # a prefill batch that also carries the running requests' decode tokens
 
 
 @dataclass
@@ -91,6 +95,16 @@ class Scheduler:
     # -- scheduling ---------------------------------------------------------------------------
     def get_next_batch_to_run(self) -> ScheduleBatch | None:
         self._abort_waiting()
+        if self.config.enable_mixed_chunk and not self.running.is_empty() and (self.waiting or self.chunked_req):
+            self._update_running_batch()  # the decode slots come first; new requests get the rest
+            batch = self._get_new_batch_prefill(decode_reserve=len(self.running))
+            if batch is not None and not self.running.is_empty():
+                for req in self.running.reqs:
+                    req.extend_len = 1
+                batch = ScheduleBatch(batch.reqs + self.running.reqs, mode="extend", mixed=True)
+            if batch is not None:
+                return batch
+            return None if self.running.is_empty() else self.running
         batch = self._get_new_batch_prefill()
         if batch is not None:
             return batch
@@ -105,14 +119,15 @@ class Scheduler:
             req.check_finished(self.loaded.tokenizer, self.loaded.config.max_context)
             self._finished.append(req)
 
-    def _get_new_batch_prefill(self) -> ScheduleBatch | None:
+    def _get_new_batch_prefill(self, decode_reserve: int = 0) -> ScheduleBatch | None:
         if not self.waiting and self.chunked_req is None:
             return None
         max_new = self.config.max_running_requests - len(self.running)
         if max_new <= 0:
             return None
         adder = PrefillAdder(self.pools, self.running.reqs, self.new_token_ratio,
-                             self.config.max_prefill_tokens, self.config.chunked_prefill_size, max_new)
+                             self.config.max_prefill_tokens, self.config.chunked_prefill_size, max_new,
+                             decode_reserve=decode_reserve)
         if self.chunked_req is not None:
             resumed = adder.add(self.chunked_req)
             if not adder.can_run:
@@ -172,7 +187,8 @@ class Scheduler:
                 tokens[i], margins[i] = tok, gap
         seconds = time.perf_counter() - start
         shared = 0 if forward_batch.prefix_slots is None else forward_batch.prefix_slots.numel()
-        self.steps.append(StepRecord(batch.mode, len(batch.reqs), forward_batch.input_ids.numel(), seconds, shared))
+        self.steps.append(StepRecord(batch.mode, len(batch.reqs), forward_batch.input_ids.numel(), seconds, shared,
+                                     batch.mixed))
         return BatchResult(tokens, margins, seconds)
 
     def process_batch_result(self, batch: ScheduleBatch, result: BatchResult) -> None:
@@ -189,11 +205,13 @@ class Scheduler:
                 release(req, self.pools, cache=True)
                 self._finished.append(req)
         if batch.mode == "extend":
-            # A request that got a token has finished its prefill; the chunked one has not.
-            done = [r for r, tok in zip(batch.reqs, result.next_token_ids) if tok is not None and not r.finished]
+            # A request that got a token has finished its prefill (the chunked one has not); in a
+            # mixed batch the running requests are already in the running batch.
+            running = set(map(id, self.running.reqs))
+            done = [r for r, tok in zip(batch.reqs, result.next_token_ids)
+                    if tok is not None and not r.finished and id(r) not in running]
             self.running.merge(ScheduleBatch(done))
-        else:
-            self.running.filter_finished()
+        self.running.filter_finished()
 
     # -- loops --------------------------------------------------------------------------------
     def event_loop_normal(self, on_finish=None) -> None:

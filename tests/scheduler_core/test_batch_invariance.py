@@ -50,9 +50,16 @@ def test_invariance_across_batching_chunking_cache_and_retraction() -> None:
     near_ties += _check(ref, lpm.generate(PROMPTS, PARAMS))
     lpm.scheduler.pools.check_idle_invariant()
 
+    unmixed = tiny_engine(max_running_requests=3, enable_mixed_chunk=False)
+    near_ties += _check(ref, unmixed.generate(PROMPTS, PARAMS))
+    assert not any(s.mixed for s in unmixed.scheduler.steps)
+    unmixed.scheduler.pools.check_idle_invariant()
+
     tight = tiny_engine(kv_tokens=260, max_running_requests=8)
     outs = tight.generate(PROMPTS, PARAMS)
     assert tight.scheduler.retracted_total > 0 and sum(o.retractions for o in outs) > 0
+    mixed = [e for e in (chunked, lpm, tight) if any(s.mixed for s in e.scheduler.steps)]
+    assert mixed, "some prefill should have carried decode tokens"
     near_ties += _check(ref, outs)
     tight.scheduler.pools.check_idle_invariant()
     print(f"near-tie divergences accepted: {near_ties}")

@@ -99,7 +99,12 @@ def test_batch_invariance_real_model(engine: Engine) -> None:
                      enable_radix_cache=False)
     kinds += [same_or_near_tie(a, b) for a, b in zip(ref, chunked.generate(PROMPTS, params))]
     chunked.scheduler.pools.check_idle_invariant()
-    tight = Engine(model=engine.loaded, max_running_requests=8, kv_tokens=120, chunked_prefill_size=None)
+    mixed = Engine(model=engine.loaded, max_running_requests=3, kv_tokens=4096, chunked_prefill_size=16)
+    kinds += [same_or_near_tie(a, b) for a, b in zip(ref, mixed.generate(PROMPTS, params))]
+    assert any(s.mixed for s in mixed.scheduler.steps)
+    mixed.scheduler.pools.check_idle_invariant()
+    tight = Engine(model=engine.loaded, max_running_requests=8, kv_tokens=120, chunked_prefill_size=None,
+                   enable_mixed_chunk=False)
     outs = tight.generate(PROMPTS, params)
     assert tight.scheduler.retracted_total > 0
     kinds += [same_or_near_tie(a, b) for a, b in zip(ref, outs)]
