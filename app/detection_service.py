@@ -361,11 +361,20 @@ def _record_performance_change(session: Session, series: Series, change: ChangeP
                               change.relative_change, DEFAULT_CONFIG.min_segment)
     stats = {"change": asdict(change)}
     if existing is not None:
-        # The same change seen again with more data: refresh its numbers, keep its group.
+        # The same change seen again with more data: refresh its numbers and, when more data
+        # moved it by a commit or two, its range; it stays in its group.
         existing.relative_change = _finite(change.relative_change)
-        existing.ci_low, existing.ci_high = _finite(change.ci_low), _finite(change.ci_high)
+        existing.ci_low, existing.ci_high = json_safe(change.ci_low), json_safe(change.ci_high)
         existing.p_value, existing.before_value, existing.after_value = change.p_value, change.before, change.after
-        existing.details = json_safe({**existing.details, **stats})
+        good, bad = series.points[change.index - 1], series.points[change.index]
+        moved = existing.details.get("bad_position") != bad.position
+        existing.details = json_safe({**existing.details, **stats, "good_position": good.position,
+                                      "bad_position": bad.position})
+        if moved:
+            existing.suspected_commits = _suspects(series, change.index - 1, change.index, session)
+            alert = existing.alert
+            if len(alert.changes) == 1:
+                alert.good_commit_id, alert.bad_commit_id = good.commit_id, bad.commit_id
         report.updated += 1
         return
     verdict, details = _classify(session, series, change, report)

@@ -371,3 +371,24 @@ def test_platforms_measured_at_different_commits_share_one_alert_narrowed_to_the
             (shas[40], shas[41])
     cuda = next(c for c in rows if c.platform == "cuda")
     assert cuda.suspected_commits == [shas[40], shas[41], shas[42]]
+
+
+def test_a_change_refined_by_later_data_moves_its_range_instead_of_opening_another(build, db):
+    shas = build.branch(40)
+    build.history(shas[:33], "rocm", step(33, 30, 1000.0, -0.2), seed=12)
+    scan_dirty(db)
+    (first,) = changes(db)
+    with db.session() as session:
+        change = session.get(AlertChange, first.id)
+        change.details = {**change.details, "bad_position": 31, "good_position": 30}   # as if found one late
+        change.suspected_commits = [shas[31]]
+        change.alert.good_commit_id = session.scalar(select(Commit.id).where(Commit.sha == shas[30]))
+        change.alert.bad_commit_id = session.scalar(select(Commit.id).where(Commit.sha == shas[31]))
+    build.history(shas[33:], "rocm", step(7, 0, 800.0, 0.0), seed=13)
+    scan_dirty(db)
+    (refined,) = changes(db)
+    assert refined.id == first.id and refined.details["bad_position"] == 30
+    assert refined.suspected_commits == [shas[30]]
+    with db.session() as session:
+        alert = session.get(Alert, refined.alert_id)
+        assert session.get(Commit, alert.bad_commit_id).sha == shas[30]
