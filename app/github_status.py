@@ -41,8 +41,9 @@ MAX_ATTEMPTS = 8
 BACKOFF_BASE_S = 5.0
 BACKOFF_MAX_S = 1800.0
 CLAIM_S = 120.0
-# Bisect steps and backfill of old history would flood old commits with statuses.
-SILENT_REASONS = (JobReason.bisect, JobReason.backfill)
+# Jobs Parallax queues for its own questions (bisect steps, history, cross-platform confirmation
+# at older commits) post no status: the commit's author did not ask for them.
+SILENT_REASONS = (JobReason.bisect, JobReason.backfill, JobReason.confirm)
 _settings_var: contextvars.ContextVar[Settings | None] = contextvars.ContextVar("parallax_status_settings",
                                                                                 default=None)
 

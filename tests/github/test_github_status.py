@@ -204,3 +204,15 @@ def test_headline_uses_the_first_metric_median_with_its_unit():
     from app.models import Measurement
     accuracy = Measurement(id=1, metric="accuracy", unit="", samples=[0.41, 0.43, 0.42])
     assert headline([accuracy]) == "accuracy 0.42 (median)"
+
+
+@pytest.mark.parametrize("reason", ["backfill", "bisect", "confirm"])
+def test_jobs_parallax_queued_for_itself_post_no_status(app, db, reason):
+    from app import queue
+    from app.models import JobReason, Suite
+    with db.session() as session:
+        repository = session.get(Repository, repo_id(db))
+        suite = session.scalar(select(Suite).where(Suite.name == "decode-throughput"))
+        commit = queue.get_or_create_commit(session, repository, SHA_A)
+        queue.enqueue(session, repository, commit, suite, "rocm", reason=JobReason(reason))
+    assert rows(db) == []
