@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from scheduler_core.model.llama import ForwardBatch
+from scheduler_core.model.llama import AttnGroup, ForwardBatch
 from scheduler_core.model.tokenizer import TextTokenizer
 from scheduler_core.pools import Pools
 from scheduler_core.radix_cache import TreeNode
@@ -169,12 +169,12 @@ class ScheduleBatch:
             prefix_slots = kv_indices[0, :shared].to(device)
             kv_indices, kv_lens, max_kv = kv_indices[:, shared:], kv_lens - shared, max_kv - shared
         mask = torch.arange(max_kv)[None, :] < kv_lens[:, None]
+        group = AttnGroup(kv_indices=kv_indices.contiguous().to(device), attn_mask=mask[:, None, None, :].to(device),
+                          pad_index=torch.arange(len(self.reqs), device=device), max_q=1, prefix_slots=prefix_slots)
         batch = ForwardBatch(
             input_ids=torch.tensor([r.output_ids[-1] for r in self.reqs], device=device),
             positions=positions.to(device), out_cache_loc=out_loc.to(device),
-            kv_indices=kv_indices.contiguous().to(device), attn_mask=mask[:, None, None, :].to(device),
-            pad_index=torch.arange(len(self.reqs), device=device),
-            logits_index=torch.arange(len(self.reqs), device=device), max_q=1, prefix_slots=prefix_slots)
+            logits_index=torch.arange(len(self.reqs), device=device), groups=[group])
         for r in self.reqs:
             r.kv_len += 1
         return batch

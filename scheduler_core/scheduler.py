@@ -12,10 +12,12 @@ from dataclasses import dataclass, field
 import torch
 
 from scheduler_core.batch import FinishReason, Req, ScheduleBatch, release
+from scheduler_core.device import Device
 from scheduler_core.mem import KVAllocator, ReqToTokenPool
 from scheduler_core.model.llama import KVCache
 from scheduler_core.model.loader import LoadedModel
 from scheduler_core.policy import PrefillAdder, order_waiting
+from scheduler_core.platform import ActivePolicy
 from scheduler_core.pools import Pools
 from scheduler_core.radix_cache import RadixCache
 from scheduler_core.sampling import sample
@@ -72,6 +74,11 @@ class Scheduler:
     steps: list[StepRecord] = field(default_factory=list)
     retracted_total: int = 0
     _finished: list[Req] = field(default_factory=list)
+    # Overlap loops (overlap.py): the stream/event facade and the sync policy they obey (None: the
+    # defaults for `device`), and whether an extend batch may overlap the extend batch before it.
+    streams: Device | None = None
+    sync_policy: ActivePolicy | None = None
+    overlap_consecutive_prefill: bool = True
 
     def __post_init__(self) -> None:
         cfg, model_cfg = self.config, self.loaded.config
@@ -195,7 +202,7 @@ class Scheduler:
         now = time.perf_counter()
         tokenizer, max_context = self.loaded.tokenizer, self.loaded.config.max_context
         for req, tok, gap in zip(batch.reqs, result.next_token_ids, result.margins):
-            if tok is None:
+            if tok is None or req.finished:  # overlap: a request that finished one batch earlier
                 continue
             req.output_ids.append(tok)
             req.margins.append(gap)
@@ -214,6 +221,12 @@ class Scheduler:
         self.running.filter_finished()
 
     # -- loops --------------------------------------------------------------------------------
+    def event_loop_overlap(self, on_finish=None) -> None:
+        """Like event_loop_normal, but batch N+1 is scheduled and launched before batch N's result is
+        processed (see overlap.py)."""
+        from scheduler_core.overlap import run_overlap_loop
+        run_overlap_loop(self, on_finish)
+
     def event_loop_normal(self, on_finish=None) -> None:
         """Run until no request is waiting or running; `on_finish(req)` is called for each finished one."""
         while self.has_work():

@@ -15,19 +15,16 @@ from scheduler_core.model.config import ModelConfig
 
 
 @dataclass
-class ForwardBatch:
-    """Everything one forward pass needs, already on the model's device."""
+class AttnGroup:
+    """Attention metadata for a set of requests padded together: [B, max_kv] KV views and masks."""
 
-    input_ids: torch.Tensor  # [T] flattened new tokens of all requests
-    positions: torch.Tensor  # [T]
-    out_cache_loc: torch.Tensor  # [T] KV slot written for each new token
     kv_indices: torch.Tensor  # [B, max_kv] KV slots of each request (padding points at slot 0)
     attn_mask: torch.Tensor  # [B, 1, max_q, max_kv] True where a query may attend
-    pad_index: torch.Tensor  # [T] row of each token in the padded [B * max_q] layout
-    logits_index: torch.Tensor  # [N] token rows whose logits are returned
+    pad_index: torch.Tensor  # [Tg] row of each token in the padded [B * max_q] layout
     max_q: int
+    token_index: torch.Tensor | None = None  # [Tg] this group's rows of the batch's tokens; None: all
     # Decode with a KV prefix shared by every request (same slots, e.g. a few-shot prompt from the
-    # radix cache): attention over it runs once for the whole batch, and kv_indices/attn_mask then
+    # radix cache): attention over it runs once for the whole group, and kv_indices/attn_mask then
     # cover only each request's own suffix.
     prefix_slots: torch.Tensor | None = None  # [P]
 
@@ -36,20 +33,17 @@ class ForwardBatch:
         return self.kv_indices.shape[0]
 
     @classmethod
-    def build(cls, input_ids: list[int], prefix_lens: list[int], extend_lens: list[int],
-              kv_slots: list[torch.Tensor], out_cache_loc: torch.Tensor, device: torch.device,
-              all_logits: bool = False) -> "ForwardBatch":
+    def build(cls, prefix_lens: list[int], extend_lens: list[int], kv_slots: list[torch.Tensor],
+              device: torch.device, token_index: torch.Tensor | None = None) -> "AttnGroup":
         """`kv_slots[i]` holds all KV slots of request i (prefix + new tokens), in position order."""
         batch = len(extend_lens)
         max_q = max(extend_lens)
         kv_lens = [p + e for p, e in zip(prefix_lens, extend_lens)]
         max_kv = max(kv_lens)
         kv_indices = torch.zeros((batch, max_kv), dtype=torch.int64)
-        positions: list[torch.Tensor] = []
         pad_index: list[torch.Tensor] = []
         for i, (slots, p, e) in enumerate(zip(kv_slots, prefix_lens, extend_lens)):
             kv_indices[i, : p + e] = slots
-            positions.append(torch.arange(p, p + e))
             pad_index.append(torch.arange(i * max_q, i * max_q + e))
         prefix = torch.tensor(prefix_lens)
         kv_len = torch.tensor(kv_lens)
@@ -59,18 +53,49 @@ class ForwardBatch:
         # Padded query rows still see key 0, so softmax never meets an all-masked row.
         mask = (k_pos[None, None, :] < kv_len[:, None, None]) & (
             k_pos[None, None, :] <= (prefix[:, None, None] + q_pos[None, :, None]))
+        return cls(kv_indices=kv_indices.to(device), attn_mask=mask[:, None].to(device),
+                   pad_index=torch.cat(pad_index).to(device), max_q=max_q,
+                   token_index=None if token_index is None else token_index.to(device))
+
+
+@dataclass
+class ForwardBatch:
+    """Everything one forward pass needs, already on the model's device."""
+
+    input_ids: torch.Tensor  # [T] flattened new tokens of all requests
+    positions: torch.Tensor  # [T]
+    out_cache_loc: torch.Tensor  # [T] KV slot written for each new token
+    logits_index: torch.Tensor  # [N] token rows whose logits are returned
+    groups: list[AttnGroup]
+
+    @property
+    def prefix_slots(self) -> torch.Tensor | None:
+        """The KV prefix a cascade decode attends once (None when the batch has none)."""
+        return self.groups[0].prefix_slots if len(self.groups) == 1 else None
+
+    @classmethod
+    def build(cls, input_ids: list[int], prefix_lens: list[int], extend_lens: list[int],
+              kv_slots: list[torch.Tensor], out_cache_loc: torch.Tensor, device: torch.device,
+              all_logits: bool = False) -> "ForwardBatch":
+        """An extend batch. Single-token rows (decode tokens riding in a prefill) get their own
+        attention group, so they are not padded to the longest prompt's query length."""
         ends = torch.tensor(extend_lens).cumsum(0)
+        starts = ends - torch.tensor(extend_lens)
+        positions = torch.cat([torch.arange(p, p + e) for p, e in zip(prefix_lens, extend_lens)])
+        single = [i for i, e in enumerate(extend_lens) if e == 1]
+        multi = [i for i, e in enumerate(extend_lens) if e != 1]
+        if single and multi:
+            groups = []
+            for rows in (multi, single):
+                index = torch.cat([torch.arange(int(starts[i]), int(ends[i])) for i in rows])
+                groups.append(AttnGroup.build([prefix_lens[i] for i in rows], [extend_lens[i] for i in rows],
+                                              [kv_slots[i] for i in rows], device, index))
+        else:
+            groups = [AttnGroup.build(prefix_lens, extend_lens, kv_slots, device)]
         logits_index = torch.arange(int(ends[-1])) if all_logits else ends - 1
-        return cls(
-            input_ids=torch.tensor(input_ids, dtype=torch.int64, device=device),
-            positions=torch.cat(positions).to(device),
-            out_cache_loc=out_cache_loc.to(device),
-            kv_indices=kv_indices.to(device),
-            attn_mask=mask[:, None].to(device),
-            pad_index=torch.cat(pad_index).to(device),
-            logits_index=logits_index.to(device),
-            max_q=max_q,
-        )
+        return cls(input_ids=torch.tensor(input_ids, dtype=torch.int64, device=device),
+                   positions=positions.to(device), out_cache_loc=out_cache_loc.to(device),
+                   logits_index=logits_index.to(device), groups=groups)
 
 
 class KVCache:
@@ -137,29 +162,36 @@ class Attention(nn.Module):
         k_cache, v_cache = kv.k[self.layer], kv.v[self.layer]
         k_cache.index_copy_(0, batch.out_cache_loc, k)
         v_cache.index_copy_(0, batch.out_cache_loc, v)
-        bsz, max_q = batch.batch_size, batch.max_q
-        if batch.prefix_slots is not None:
-            return self.o_proj(self._cascade_decode(q, batch, k_cache, v_cache))
+        if len(batch.groups) == 1:
+            out = self._attend(q, batch.groups[0], k_cache, v_cache)
+        else:
+            out = q.new_empty((tokens, self.num_heads * self.head_dim))
+            for group in batch.groups:
+                out[group.token_index] = self._attend(q[group.token_index], group, k_cache, v_cache)
+        return self.o_proj(out)
+
+    def _attend(self, q: torch.Tensor, group: AttnGroup, k_cache: torch.Tensor, v_cache: torch.Tensor) -> torch.Tensor:
+        """q: [Tg, heads, head_dim] -> [Tg, heads * head_dim]."""
+        if group.prefix_slots is not None:
+            return self._cascade_decode(q, group, k_cache, v_cache)
+        bsz, max_q = group.batch_size, group.max_q
         if max_q == 1:
             q_pad = q.unsqueeze(1)
         else:
             q_pad = q.new_zeros((bsz * max_q, self.num_heads, self.head_dim))
-            q_pad[batch.pad_index] = q
+            q_pad[group.pad_index] = q
             q_pad = q_pad.view(bsz, max_q, self.num_heads, self.head_dim)
         # index_select is about twice as fast as advanced indexing for this gather on CPU.
-        flat = batch.kv_indices.reshape(-1)
+        flat = group.kv_indices.reshape(-1)
         gathered = (bsz, -1, self.num_kv_heads, self.head_dim)
         keys = torch.index_select(k_cache, 0, flat).view(gathered).transpose(1, 2)  # [B, kv_heads, max_kv, hd]
         values = torch.index_select(v_cache, 0, flat).view(gathered).transpose(1, 2)
         out = F.scaled_dot_product_attention(q_pad.transpose(1, 2), keys, values,
-                                             attn_mask=batch.attn_mask, enable_gqa=True)
+                                             attn_mask=group.attn_mask, enable_gqa=True)
         out = out.transpose(1, 2).reshape(bsz * max_q, self.num_heads * self.head_dim)
-        if max_q != 1:
-            out = out[batch.pad_index]
-        return self.o_proj(out)
+        return out if max_q == 1 else out[group.pad_index]
 
-
-    def _cascade_decode(self, q: torch.Tensor, batch: ForwardBatch, k_cache: torch.Tensor,
+    def _cascade_decode(self, q: torch.Tensor, batch: AttnGroup, k_cache: torch.Tensor,
                         v_cache: torch.Tensor) -> torch.Tensor:
         """Decode attention as two partial softmaxes merged by their log-sum-exp: one over the shared
         prefix for all queries at once (one gather, one matmul per KV head), one over each suffix."""
