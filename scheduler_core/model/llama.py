@@ -68,6 +68,13 @@ class ForwardBatch:
     logits_index: torch.Tensor  # [N] token rows whose logits are returned
     groups: list[AttnGroup]
 
+    def tensors(self) -> list[torch.Tensor]:
+        """Every tensor this batch holds, attention groups included (for stream bookkeeping)."""
+        out = [v for v in vars(self).values() if isinstance(v, torch.Tensor)]
+        for group in self.groups:
+            out += [v for v in vars(group).values() if isinstance(v, torch.Tensor)]
+        return out
+
     @property
     def prefix_slots(self) -> torch.Tensor | None:
         """The KV prefix a cascade decode attends once (None when the batch has none)."""
