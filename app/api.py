@@ -65,9 +65,9 @@ def healthz():  # type: ignore[no-untyped-def]
 
 @bp.post("/api/v1/jobs")
 def create_jobs():  # type: ignore[no-untyped-def]
-    require_admin()
-    body = json_body()
     session = request_session()
+    require_admin(session)
+    body = json_body()
     repo = find_repository(session, body.get("repository"))
     sha = require_sha(body.get("commit"))
     suite, platform = body.get("suite"), body.get("platform")

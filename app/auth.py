@@ -15,7 +15,9 @@ from sqlalchemy import select, update
 from sqlalchemy.orm import Session
 
 from app.errors import Forbidden, Unauthorized
-from app.models import RegistrationToken, Runner
+from app.models import RegistrationToken, Runner, User
+
+ROLES = ("maintainer", "admin")
 
 
 LAST_SEEN_RESOLUTION = timedelta(seconds=15)
@@ -69,10 +71,39 @@ def require_runner(session: Session) -> Runner:
     return runner
 
 
-def require_admin() -> None:
+def create_user(session: Session, name: str, role: str = "maintainer") -> str:
+    """Add a user; returns their API token (shown once, stored as a hash)."""
+    if role not in ROLES:
+        raise ValueError(f"role must be one of {', '.join(ROLES)}, got {role!r}")
+    if not name.strip() or len(name) > 128:
+        raise ValueError("name must be 1 to 128 characters")
+    if session.scalar(select(User).where(User.name == name)) is not None:
+        raise ValueError(f"user {name!r} already exists")
+    token = new_token("pxu")
+    session.add(User(name=name, role=role, token_hash=hash_token(token)))
+    return token
+
+
+def _actor(session: Session, need_admin: bool) -> str:
+    """The caller's name: "admin" for PARALLAX_ADMIN_TOKEN, else the user's name."""
     token = bearer_token()
     expected = current_app.extensions["parallax.settings"].admin_token
-    if not expected:
-        raise Forbidden("no admin token is configured: set PARALLAX_ADMIN_TOKEN")
-    if not hmac.compare_digest(token.encode(), expected.encode()):
-        raise Unauthorized("wrong admin token")
+    if expected and hmac.compare_digest(token.encode(), expected.encode()):
+        return "admin"
+    user = session.scalar(select(User).where(User.token_hash == hash_token(token)))
+    if user is None or user.disabled:
+        raise Unauthorized("wrong admin token or unknown user token" if expected else
+                           "unknown user token (and no PARALLAX_ADMIN_TOKEN is configured)")
+    if need_admin and user.role != "admin":
+        raise Forbidden(f"user {user.name!r} is a {user.role}; this needs an admin")
+    return user.name
+
+
+def require_admin(session: Session) -> str:
+    """The admin token or an admin user's token; returns who called."""
+    return _actor(session, need_admin=True)
+
+
+def require_maintainer(session: Session) -> str:
+    """Any user's token or the admin token (alert triage); returns who called."""
+    return _actor(session, need_admin=False)

@@ -109,6 +109,28 @@ def repo_add(url: str, name: str | None, default_branch: str) -> None:
             click.echo(f"added repository {name} ({url}, default branch {default_branch})")
 
 
+@main.group()
+def user() -> None:
+    """People who triage alerts and queue work through the API."""
+
+
+@user.command("add")
+@click.argument("name")
+@click.option("--role", type=click.Choice(["maintainer", "admin"]), default="maintainer", show_default=True,
+              help="maintainer: triage alerts; admin: also queue jobs through the API")
+def user_add(name: str, role: str) -> None:
+    """Add a user; prints their API token as the last line (shown only once)."""
+    from app.auth import create_user
+    database = _database(_settings())
+    with database.session() as session:
+        try:
+            value = create_user(session, name, role)
+        except ValueError as exc:
+            raise click.ClickException(str(exc)) from exc
+    click.echo(f"user {name} ({role}) added; API token (store it now; only its hash is kept):", err=True)
+    click.echo(value)
+
+
 @main.command()
 @click.argument("repository")
 @click.argument("sha")

@@ -186,6 +186,19 @@ class RegistrationToken(Base):
     revoked: Mapped[bool] = mapped_column(Boolean, default=False)
 
 
+class User(Base):
+    """A person who triages alerts and queues work through the API with a personal token
+    (`parallax user add`). Role "admin" may also do what the admin token does."""
+
+    __tablename__ = "users"
+    id: Mapped[int] = mapped_column(primary_key=True)
+    name: Mapped[str] = mapped_column(String(128), unique=True)
+    role: Mapped[str] = mapped_column(String(16), default="maintainer")  # maintainer / admin
+    token_hash: Mapped[str] = mapped_column(String(64), unique=True)
+    created_at: Mapped[datetime] = mapped_column(default=utcnow)
+    disabled: Mapped[bool] = mapped_column(Boolean, default=False)
+
+
 class Runner(Base):
     __tablename__ = "runners"
     id: Mapped[int] = mapped_column(primary_key=True)
@@ -331,6 +344,7 @@ class Alert(Base):
     is_regression: Mapped[bool] = mapped_column(Boolean, default=True)
     state: Mapped[AlertState] = mapped_column(_enum(AlertState), default=AlertState.new, index=True)
     note: Mapped[str | None] = mapped_column(Text)
+    updated_by: Mapped[str | None] = mapped_column(String(128))  # user name, or "admin"
     created_at: Mapped[datetime] = mapped_column(default=utcnow)
     updated_at: Mapped[datetime] = mapped_column(default=utcnow)
 

@@ -13,7 +13,7 @@ from flask import Blueprint, jsonify, request
 from sqlalchemy import select
 
 from app import queue
-from app.auth import require_admin
+from app.auth import require_maintainer
 from app.db import request_session
 from app.detection import detect
 from app.detection_service import config_for, json_safe
@@ -108,7 +108,7 @@ def alert_json(session, alert: Alert) -> dict[str, Any]:  # type: ignore[no-unty
     repository = session.get(Repository, alert.repository_id)
     return {"id": alert.id, "repository": repository.name if repository else None, "branch": alert.branch,
             "kind": alert.kind, "is_regression": alert.is_regression, "state": alert.state.value,
-            "note": alert.note, "good": sha(alert.good_commit_id), "bad": sha(alert.bad_commit_id),
+            "note": alert.note, "updated_by": alert.updated_by, "good": sha(alert.good_commit_id), "bad": sha(alert.bad_commit_id),
             "created_at": queue.as_utc(alert.created_at).isoformat(),
             "updated_at": queue.as_utc(alert.updated_at).isoformat(),
             "changes": [change_json(c) for c in sorted(alert.changes, key=lambda c: c.id)]}
@@ -134,9 +134,9 @@ def list_alerts():  # type: ignore[no-untyped-def]
 
 @bp.patch("/api/v1/alerts/<int:alert_id>")
 def update_alert(alert_id: int):  # type: ignore[no-untyped-def]
-    require_admin()
-    body = json_body()
     session = request_session()
+    actor = require_maintainer(session)
+    body = json_body()
     alert = session.get(Alert, alert_id)
     if alert is None:
         raise NotFound(f"alert {alert_id} does not exist")
@@ -155,6 +155,7 @@ def update_alert(alert_id: int):  # type: ignore[no-untyped-def]
         alert.state = AlertState(state)
     if "note" in body:
         alert.note = note
+    alert.updated_by = actor
     alert.updated_at = queue.now()
     session.commit()
     return jsonify(alert_json(session, alert))

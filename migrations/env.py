@@ -4,14 +4,21 @@ from __future__ import annotations
 from alembic import context
 from sqlalchemy import engine_from_config, pool
 
-from app.models import Base
+from app.models import Base, UTCDateTime
 
 config = context.config
 target_metadata = Base.metadata
 
 
+def render_item(kind, obj, autogen_context):  # type: ignore[no-untyped-def]
+    """Migrations stand alone: app.models.UTCDateTime is written as the plain type it is."""
+    if kind == "type" and isinstance(obj, UTCDateTime):
+        return "sa.DateTime(timezone=True)"
+    return False
+
+
 def run_with(connection) -> None:  # type: ignore[no-untyped-def]
-    context.configure(connection=connection, target_metadata=target_metadata,
+    context.configure(connection=connection, target_metadata=target_metadata, render_item=render_item,
                       render_as_batch=connection.dialect.name == "sqlite", compare_type=True)
     with context.begin_transaction():
         context.run_migrations()

@@ -32,7 +32,7 @@ def invoke(env, *args):
     return CliRunner().invoke(main, list(args), env=env, catch_exceptions=False)
 
 
-@pytest.mark.parametrize("command", [[], ["db", "upgrade"], ["serve"], ["token", "create"], ["repo", "add"],
+@pytest.mark.parametrize("command", [[], ["db", "upgrade"], ["serve"], ["token", "create"], ["repo", "add"], ["user", "add"],
                                      ["enqueue"], ["demo"]])
 def test_every_command_has_help(command):
     result = CliRunner().invoke(main, [*command, "--help"])

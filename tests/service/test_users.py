@@ -1,0 +1,83 @@
+"""Users: personal API tokens for alert triage (maintainers) and operator calls (admins)."""
+import pytest
+from click.testing import CliRunner
+from sqlalchemy import select
+
+from app.auth import create_user
+from app.models import Alert, Commit, Repository, User
+from tests.service.helpers import SHA_A
+
+
+def token_for(db, name, role="maintainer"):
+    with db.session() as session:
+        return create_user(session, name, role)
+
+
+@pytest.fixture
+def alert_id(db):
+    with db.session() as session:
+        repo = session.scalar(select(Repository))
+        commit = Commit(repository_id=repo.id, sha=SHA_A)
+        session.add(commit)
+        session.flush()
+        alert = Alert(repository_id=repo.id, branch="main", bad_commit_id=commit.id)
+        session.add(alert)
+        session.flush()
+        return alert.id
+
+
+def test_token_is_stored_only_as_a_hash(db):
+    token = token_for(db, "ada")
+    with db.session() as session:
+        user = session.scalar(select(User).where(User.name == "ada"))
+        assert user.role == "maintainer" and token not in user.token_hash
+
+
+def test_a_maintainer_triages_an_alert_and_is_recorded(client, db, alert_id):
+    token = token_for(db, "ada")
+    response = client.patch(f"/api/v1/alerts/{alert_id}", json={"state": "acknowledged", "note": "looking"},
+                            headers={"Authorization": f"Bearer {token}"})
+    assert response.status_code == 200
+    assert response.get_json()["updated_by"] == "ada"
+
+
+def test_an_unknown_user_token_is_401(client, alert_id):
+    response = client.patch(f"/api/v1/alerts/{alert_id}", json={"state": "acknowledged"},
+                            headers={"Authorization": "Bearer pxu_nobody"})
+    assert response.status_code == 401
+
+
+def test_a_maintainer_cannot_queue_jobs(client, db):
+    token = token_for(db, "ada")
+    response = client.post("/api/v1/jobs", json={"repository": "demo/engine", "commit": SHA_A},
+                           headers={"Authorization": f"Bearer {token}"})
+    assert response.status_code == 403 and "needs an admin" in response.get_json()["detail"]
+
+
+def test_an_admin_user_can_queue_jobs(client, db):
+    token = token_for(db, "grace", "admin")
+    response = client.post("/api/v1/jobs", json={"repository": "demo/engine", "commit": SHA_A},
+                           headers={"Authorization": f"Bearer {token}"})
+    assert response.status_code == 201
+
+
+def test_duplicate_names_are_refused(db):
+    token_for(db, "ada")
+    with pytest.raises(ValueError, match="already exists"):
+        token_for(db, "ada")
+
+
+def test_unknown_role_is_refused(db):
+    with pytest.raises(ValueError, match="role must be one of"):
+        token_for(db, "ada", "owner")
+
+
+def test_user_add_command_prints_the_token_last(tmp_path):
+    from app.cli import main
+    env = {"PARALLAX_DATABASE_URL": f"sqlite:///{tmp_path / 'u.db'}", "PARALLAX_CONFIG": ""}
+    runner = CliRunner()
+    runner.invoke(main, ["db", "upgrade"], env=env, catch_exceptions=False)
+    result = runner.invoke(main, ["user", "add", "ada", "--role", "admin"], env=env, catch_exceptions=False)
+    assert result.exit_code == 0 and result.stdout.strip().splitlines()[-1].startswith("pxu_")
+    again = runner.invoke(main, ["user", "add", "ada"], env=env, catch_exceptions=False)
+    assert again.exit_code == 1 and "already exists" in again.output
