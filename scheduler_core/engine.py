@@ -9,7 +9,11 @@ from typing import Callable, Sequence
 import torch
 
 from scheduler_core.batch import FinishReason, Req
+from scheduler_core.device import Device
+from scheduler_core.disagg import BACKENDS, run_distributed, run_inproc
 from scheduler_core.model.loader import LoadedModel, load_model
+from scheduler_core.overlap import default_device_and_policy
+from scheduler_core.platform import ActivePolicy
 from scheduler_core.policy import POLICIES
 from scheduler_core.sampling import SamplingParams
 from scheduler_core.scheduler import Scheduler, SchedulerConfig
@@ -36,7 +40,8 @@ class Engine:
                  schedule_policy: str = "fcfs", enable_radix_cache: bool = True,
                  dtype: torch.dtype = torch.float32, seed: int = 0, check_invariants: bool = True,
                  num_threads: int | None = None, cascade_min_prefix: int = 32,
-                 enable_mixed_chunk: bool = True) -> None:
+                 enable_mixed_chunk: bool = True, overlap: bool = True, disaggregation: str | None = None,
+                 sync_policy: ActivePolicy | None = None, streams: Device | None = None) -> None:
         if schedule_policy not in POLICIES:
             raise ValueError(f"unknown schedule_policy {schedule_policy!r}; expected one of {', '.join(POLICIES)}")
         if max_running_requests <= 0 or kv_tokens <= 0:
@@ -57,7 +62,20 @@ class Engine:
             chunked_prefill_size=chunked_prefill_size, max_prefill_tokens=max_prefill_tokens,
             schedule_policy=schedule_policy, enable_radix_cache=enable_radix_cache,
             cascade_min_prefix=cascade_min_prefix, enable_mixed_chunk=enable_mixed_chunk)
-        self.scheduler = Scheduler(self.loaded, self.config, self.device)
+        if disaggregation not in (None, *BACKENDS):
+            raise ValueError(f"unknown disaggregation {disaggregation!r}; expected None or one of {', '.join(BACKENDS)}")
+        # Overlap: batch N+1 is scheduled while batch N runs (overlap.py); disaggregation: a prefill
+        # scheduler hands KV + first token to a decode scheduler (disagg.py), in-process or over
+        # torch.distributed. The sync policy and device facade default to the platform's.
+        self.overlap, self.disaggregation = overlap, disaggregation
+        if streams is None or sync_policy is None:
+            default_streams, default_sync = default_device_and_policy(self.device)
+            streams, sync_policy = streams or default_streams, sync_policy or default_sync
+        self.sync_policy, self.streams = sync_policy, streams
+        self.scheduler = Scheduler(self.loaded, self.config, self.device, streams=streams, sync_policy=sync_policy)
+        # The decode side of in-process disaggregation (self.scheduler is the prefill side).
+        self.decode_scheduler = (Scheduler(self.loaded, self.config, self.device, streams=streams,
+                                           sync_policy=sync_policy) if disaggregation == "inproc" else None)
         self.check_invariants = check_invariants
         self._rids = itertools.count()
 
@@ -70,7 +88,8 @@ class Engine:
                 "schedule_policy": c.schedule_policy, "radix_cache": c.enable_radix_cache,
                 "cascade_min_prefix": c.cascade_min_prefix, "mixed_chunk": c.enable_mixed_chunk,
                 "device": str(self.device), "dtype": str(next(self.loaded.model.parameters()).dtype),
-                "overlap": False, "num_threads": torch.get_num_threads()}
+                "overlap": self.overlap, "disaggregation": self.disaggregation,
+                "num_threads": torch.get_num_threads(), **self.sync_policy.as_context()}
 
     def flush_cache(self) -> None:
         """Drop every unlocked prefix-cache entry (between benchmark repeats)."""
@@ -126,10 +145,26 @@ class Engine:
             if on_finish is not None:
                 on_finish(out)
 
-        self.scheduler.event_loop_normal(finished)
+        self._run(finished)
         if self.check_invariants:
             self.scheduler.pools.check_idle_invariant()
+            if self.decode_scheduler is not None:
+                self.decode_scheduler.pools.check_idle_invariant()
         return [o for o in outputs if o is not None]
+
+    def _run(self, finished: Callable[[Req], None]) -> None:
+        if self.disaggregation == "inproc":
+            run_inproc(self.scheduler, self.decode_scheduler, self.overlap, finished)
+        elif self.disaggregation == "torch.distributed":
+            reqs, self.scheduler.waiting = self.scheduler.waiting, []
+            done, _ = run_distributed(self.loaded, self.config, str(self.device), self.overlap, reqs,
+                                      num_threads=torch.get_num_threads())
+            for req in done:  # each rank checked its own pools before reporting
+                finished(req)
+        elif self.overlap:
+            self.scheduler.event_loop_overlap(finished)
+        else:
+            self.scheduler.event_loop_normal(finished)
 
     @staticmethod
     def _output(i: int, req: Req) -> GenerateOutput:

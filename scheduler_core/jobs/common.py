@@ -20,6 +20,10 @@ def add_engine_args(parser: argparse.ArgumentParser, *, max_running: int, kv_tok
     parser.add_argument("--chunked-prefill-size", type=int, default=1024)
     parser.add_argument("--schedule-policy", default="fcfs", choices=["fcfs", "lpm"])
     parser.add_argument("--no-radix-cache", action="store_true")
+    parser.add_argument("--overlap", action=argparse.BooleanOptionalAction, default=True,
+                        help="overlap loop: schedule batch N+1 while batch N runs (default on)")
+    parser.add_argument("--disaggregation", choices=["inproc", "torch.distributed"], default=None,
+                        help="separate prefill and decode schedulers, in-process or in two processes")
     parser.add_argument("--threads", type=int, default=int(os.environ.get("PARALLAX_THREADS", 0)) or None,
                         help="torch intra-op threads (default: $PARALLAX_THREADS, else torch's default)")
 
@@ -30,7 +34,7 @@ def make_engine(args: argparse.Namespace) -> Engine:
     engine = Engine(model=args.model, device=args.device, max_running_requests=args.max_running_requests,
                     kv_tokens=args.kv_tokens, chunked_prefill_size=args.chunked_prefill_size or None,
                     schedule_policy=args.schedule_policy, enable_radix_cache=not args.no_radix_cache,
-                    num_threads=args.threads)
+                    num_threads=args.threads, overlap=args.overlap, disaggregation=args.disaggregation)
     log(f"model loaded in {time.perf_counter() - start:.1f}s")
     return engine
 

@@ -14,6 +14,8 @@ from typing import Any
 
 import torch
 
+from scheduler_core import platform as platforms
+
 SCHEMA = "parallax.results/1"
 DIRECTIONS = ("higher_is_better", "lower_is_better")
 
@@ -53,10 +55,16 @@ def _cpu_name() -> str:
 
 
 def environment() -> dict[str, Any]:
-    platform = os.environ.get("PARALLAX_PLATFORM") or detect_platform()
-    device = torch.cuda.get_device_name(0) if torch.cuda.is_available() else _cpu_name()
-    return {"platform": platform, "device": device, "torch": torch.__version__,
-            "cuda": torch.version.cuda, "hip": getattr(torch.version, "hip", None), "simulated": False}
+    """The platform as scheduler_core.platform sees it (``PARALLAX_DEVICE=sim:<profile>`` gives
+    ``<vendor>-sim`` and ``simulated: true``); ``PARALLAX_PLATFORM`` may relabel a real platform."""
+    found = platforms.detect_platform()
+    env = found.environment()
+    if not found.simulated:
+        env["platform"] = os.environ.get("PARALLAX_PLATFORM") or env["platform"]
+        if env["device"] == "cpu":
+            env["device"] = _cpu_name()
+    env["torch"] = torch.__version__
+    return env
 
 
 def current_commit() -> str | None:

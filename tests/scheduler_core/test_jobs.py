@@ -40,7 +40,7 @@ def test_decode_throughput_serving(results) -> None:
     assert names["output_throughput"]["direction"] == "higher_is_better"
     assert names["itl_p50"]["direction"] == "lower_is_better"
     assert CONTEXT_KEYS <= set(doc["context"]) and doc["context"]["mode"] == "serving"
-    assert doc["context"]["overlap"] is False
+    assert doc["context"]["overlap"] is True  # the default; --no-overlap is tested in tests/overlap
     env = doc["environment"]
     assert env["platform"] == (os.environ.get("PARALLAX_PLATFORM") or "cpu") and env["simulated"] is False
     assert {"device", "torch", "cuda", "hip"} <= set(env)

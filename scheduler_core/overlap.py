@@ -1,0 +1,316 @@
+"""The overlap machinery: the future-token relay, launching a batch on the forward stream, the result copy.
+
+In the overlap loop the CPU schedules batch N+1 while the device still runs batch N, so N's sampled
+tokens are not on the host when N+1 is built. The relay (``FutureMap``) fixes that without a CPU
+round trip: batch N stores its tokens in a device ring, the host writes ``-slot`` placeholders for
+them, and N+1's input ids are gathered from the ring on the device.
+
+``OverlapPipeline.launch`` runs one batch (forward stream, WAR barrier, result copy) and returns an
+``InFlight`` holding every tensor the device may still use; ``OverlapPipeline.finish`` waits for its
+``copy_done`` event and returns the ``BatchResult``. Every synchronisation choice comes from the
+``ActivePolicy`` (see docs/sync_policy.md); nothing here asks which platform it runs on.
+``run_overlap_loop`` is the plain overlap event loop (``Scheduler.event_loop_overlap``); the
+disaggregated loops in ``disagg.py`` reuse the pipeline.
+"""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Callable
+
+import torch
+
+from scheduler_core.batch import Req, ScheduleBatch
+from scheduler_core.device import CpuDevice, Device, Event, Stream, make_device
+from scheduler_core.platform import ActivePolicy, Platform, detect_platform, resolve_policy
+from scheduler_core.sampling import sample
+
+if TYPE_CHECKING:
+    from scheduler_core.scheduler import BatchResult, Scheduler
+
+
+def default_device_and_policy(torch_device: torch.device) -> tuple[Device, ActivePolicy]:
+    """The facade and policy (with PARALLAX_* overrides) for an engine on ``torch_device``.
+
+    A GPU device follows the detected platform. A CPU device is the CPU platform, unless
+    PARALLAX_DEVICE names a simulated one: then the loops follow that profile's policy and issue
+    its stream calls to a ``CpuDevice`` (the simulator's own device is not built yet).
+    """
+    platform = detect_platform()
+    if torch_device.type == "cpu":
+        if not platform.simulated:
+            platform = Platform("cpu")
+        return CpuDevice(platform), resolve_policy(platform)
+    return make_device(platform, torch_device.index or 0), resolve_policy(platform)
+
+
+def scheduler_device_and_policy(sched: Scheduler) -> tuple[Device, ActivePolicy]:
+    """The scheduler's ``streams`` and ``sync_policy``, filling in defaults for its torch device."""
+    if sched.streams is None or sched.sync_policy is None:
+        device, policy = default_device_and_policy(sched.device)
+        sched.streams = sched.streams or device
+        sched.sync_policy = sched.sync_policy or policy
+    return sched.streams, sched.sync_policy
+
+
+class FutureMap:
+    """A device ring of sampled tokens. Slot 0 is never used, so ``-slot`` is always negative.
+
+    ``pending`` maps a request to the slot of its newest token that the host has not seen yet.
+    At most two batches are unprocessed at once (N being processed while N+1 is launched), so a ring
+    of three batches' rows never hands out a slot a live batch still needs.
+    """
+
+    def __init__(self, device: Device, max_rows: int) -> None:
+        self.device = device
+        self.capacity = 3 * max_rows
+        self.max_rows = max_rows
+        self.buf = torch.zeros(self.capacity + 1, dtype=torch.int64, device=device.torch_device)
+        self._next = 1
+        self.pending: dict[int, int] = {}  # id(req) -> slot
+
+    def alloc(self, n: int) -> list[int]:
+        if n > self.max_rows:
+            raise ValueError(f"a batch of {n} rows exceeds the future map's {self.max_rows} rows per batch")
+        if self._next + n > self.capacity + 1:
+            self._next = 1
+        slots = list(range(self._next, self._next + n))
+        self._next += n
+        return slots
+
+    def store(self, slots: torch.Tensor, tokens: torch.Tensor) -> None:
+        """Queued on the current (forward) stream."""
+        self.buf[slots] = tokens
+
+    def resolve(self, input_ids: torch.Tensor) -> torch.Tensor:
+        """Input ids with every ``-slot`` placeholder replaced by the token stored there (on the device)."""
+        return torch.where(input_ids < 0, self.buf[(-input_ids).clamp(min=0)], input_ids)
+
+
+@dataclass
+class InFlight:
+    """A launched batch whose result the host has not processed yet, and what keeps it alive."""
+
+    batch: ScheduleBatch  # a snapshot: the scheduler's batches change after launch
+    rows: list[int]  # rows that sampled a token
+    slots: list[int]  # their future-map slots
+    tokens_host: torch.Tensor | None
+    margins_host: torch.Tensor | None
+    copy_done: Event | None
+    expected_seq_lens: list[int]  # what the host believes each sampled row's KV length is
+    seq_lens_host: torch.Tensor | None
+    prepare_done: Event | None  # the forward-prepare D2H copy (policy.fwd_prepare_d2h)
+    seconds: float
+    keep_alive: list[torch.Tensor] = field(default_factory=list)
+
+
+class RelayError(RuntimeError):
+    """The device's view of a batch disagrees with the host's: the relay is out of step."""
+
+
+class OverlapPipeline:
+    """Streams, the future map and the forward-prepare buffers of one overlapped scheduler."""
+
+    def __init__(self, scheduler: Scheduler, device: Device, policy: ActivePolicy) -> None:
+        self.scheduler = scheduler
+        self.device = device
+        self.policy = policy
+        rows = scheduler.config.max_running_requests + 1
+        self.schedule = device.new_stream("schedule")
+        self.forward = device.new_stream("forward")
+        self.copy: Stream | None = device.new_stream("copy") if policy.copy_stream else None
+        self.prepare_d2h: Stream | None = None
+        self._pinned: list[torch.Tensor] = []
+        if policy.fwd_prepare_d2h:
+            self.prepare_d2h = device.new_stream("fwd_prepare_d2h")
+            # Two buffers: batch N+1 is launched before batch N's copy is read.
+            self._pinned = [device.empty_pinned((rows,), torch.int64) for _ in range(2)]
+        self._launches = 0
+        self.futures = FutureMap(device, rows)
+
+    # -- launch -------------------------------------------------------------------------------
+    def launch(self, batch: ScheduleBatch, merge_prefilled: bool = True) -> InFlight:
+        """Run ``batch`` on the forward stream and queue its result copy; returns without waiting.
+
+        Call inside ``device.stream(self.schedule)``. With ``merge_prefilled`` the requests that
+        finish their prefill here join the running batch now, since the next batch is scheduled
+        before this one's result is processed.
+        """
+        sched, device, futures = self.scheduler, self.device, self.futures
+        start = time.perf_counter()
+        # Tokens the host has not seen yet enter as -slot placeholders, for exactly as long as the
+        # batch is prepared: Req.output_ids only ever holds real tokens.
+        placeholders: list[Req] = []
+        for req in batch.reqs:
+            slot = futures.pending.get(id(req))
+            if slot is not None:
+                req.output_ids.append(-slot)
+                placeholders.append(req)
+        try:
+            if batch.mode == "extend":
+                forward_batch = batch.prepare_for_extend(sched.pools, device.torch_device)
+            else:
+                forward_batch = batch.prepare_for_decode(sched.pools, device.torch_device,
+                                                         sched.config.cascade_min_prefix)
+            rows = [i for i, r in enumerate(batch.reqs) if r.prefill_done]
+        finally:
+            for req in placeholders:
+                req.output_ids.pop()
+        snapshot = ScheduleBatch(list(batch.reqs), mode=batch.mode, mixed=batch.mixed)
+        if merge_prefilled and batch.mode == "extend":
+            running = set(map(id, sched.running.reqs))
+            sched.running.merge(ScheduleBatch([batch.reqs[i] for i in rows if id(batch.reqs[i]) not in running]))
+
+        fwd = self.forward
+        fwd.wait_stream(self.schedule)
+        tokens = margins = seq_lens_host = prepare_done = None
+        slots: list[int] = []
+        keep = forward_batch.tensors()
+        with device.stream(fwd):
+            for t in keep:  # allocated on the schedule stream, read on the forward stream
+                device.record_stream(t, fwd)
+            forward_batch.input_ids = futures.resolve(forward_batch.input_ids)
+            seq_lens = forward_batch.positions[forward_batch.logits_index] + 1
+            if self.prepare_d2h is not None:
+                ready = fwd.record_event()
+            else:
+                seq_lens_host = seq_lens.cpu()  # the plain, blocking path
+            logits = sched.loaded.model(forward_batch, sched.pools.kv_cache)
+            if rows:
+                picked = [batch.reqs[i] for i in rows]
+                tokens, margins = _sample_on_device(logits[rows] if len(rows) < len(batch.reqs) else logits,
+                                                    picked, device.torch_device)
+                slots = futures.alloc(len(rows))
+                futures.store(torch.tensor(slots, device=device.torch_device), tokens)
+                for req, slot in zip(picked, slots):
+                    futures.pending[id(req)] = slot
+                keep += [logits, tokens, margins, seq_lens]
+        if self.prepare_d2h is not None:
+            pinned = self._pinned[self._launches % 2][: seq_lens.numel()]
+            self.prepare_d2h.wait_event(ready)
+            with device.stream(self.prepare_d2h):
+                seq_lens_host = device.to_host(seq_lens, out=pinned)
+                prepare_done = self.prepare_d2h.record_event()
+            device.record_stream(seq_lens, self.prepare_d2h)
+        self._launches += 1
+
+        tokens_host = margins_host = copy_done = None
+        if tokens is not None:
+            if self.copy is not None:
+                self.copy.wait_stream(fwd)
+                with device.stream(self.copy):
+                    tokens_host, margins_host = device.to_host(tokens), device.to_host(margins)
+                    copy_done = self.copy.record_event()
+                device.record_stream(tokens, self.copy)
+                device.record_stream(margins, self.copy)
+            else:
+                with device.stream(fwd):
+                    tokens_host, margins_host = device.to_host(tokens), device.to_host(margins)
+                    copy_done = fwd.record_event()
+        if self.policy.war_barrier:
+            # The scheduler must not overwrite what the in-flight forward still reads.
+            self.schedule.wait_stream(fwd)
+
+        seconds = time.perf_counter() - start
+        self._record_step(batch, forward_batch, seconds)
+        expected = [r.kv_len for r in batch.reqs]  # seq_lens has one entry per request
+        return InFlight(snapshot, rows, slots, tokens_host, margins_host, copy_done, expected, seq_lens_host,
+                        prepare_done, seconds, keep)
+
+    def _record_step(self, batch: ScheduleBatch, forward_batch, seconds: float) -> None:
+        from scheduler_core.scheduler import StepRecord
+        shared = 0 if forward_batch.prefix_slots is None else forward_batch.prefix_slots.numel()
+        self.scheduler.steps.append(StepRecord(batch.mode, len(batch.reqs), forward_batch.input_ids.numel(),
+                                               seconds, shared, batch.mixed))
+
+    # -- finish -------------------------------------------------------------------------------
+    def finish(self, inflight: InFlight) -> BatchResult:
+        """Wait for the batch's result copy and return it; the batch's tensors are released."""
+        from scheduler_core.scheduler import BatchResult
+        n = len(inflight.batch.reqs)
+        next_ids: list[int | None] = [None] * n
+        margins: list[float | None] = [None] * n
+        if inflight.copy_done is not None:
+            inflight.copy_done.synchronize()
+            for i, tok, gap in zip(inflight.rows, inflight.tokens_host.tolist(), inflight.margins_host.tolist()):
+                next_ids[i], margins[i] = tok, gap
+        if inflight.prepare_done is not None:
+            inflight.prepare_done.synchronize()
+        if inflight.seq_lens_host is not None and inflight.seq_lens_host.tolist() != inflight.expected_seq_lens:
+            raise RelayError(f"device KV lengths {inflight.seq_lens_host.tolist()} != host's "
+                             f"{inflight.expected_seq_lens}")
+        for i, slot in zip(inflight.rows, inflight.slots):
+            key = id(inflight.batch.reqs[i])
+            if self.futures.pending.get(key) == slot:
+                del self.futures.pending[key]
+        inflight.keep_alive.clear()
+        return BatchResult(next_ids, margins, inflight.seconds)
+
+
+def _sample_on_device(logits: torch.Tensor, reqs: list[Req], device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
+    """Greedy tokens and top-1/top-2 margins without leaving the device. Rows that sample with a
+    temperature use the host sampler (seeded per-request generators live on the host), which
+    costs a synchronisation; greedy rows never do."""
+    top = torch.topk(logits, 2, dim=-1)
+    tokens = top.indices[:, 0]
+    margins = top.values[:, 0] - top.values[:, 1]
+    if not all(r.sampling.greedy for r in reqs):
+        ids, _ = sample(logits, [r.sampling for r in reqs], [r.generator for r in reqs])
+        tokens = torch.tensor(ids, dtype=torch.int64, device=device)
+    return tokens, margins
+
+
+def needs_sync_schedule(sched: Scheduler) -> bool:
+    """True when scheduling may retract or abort running requests: their in-flight result must be
+    processed first, or a retracted request would get a token (or finish) while waiting."""
+    return not sched.running.is_empty() and not sched.pools.can_alloc(len(sched.running))
+
+
+class OverlapLoop:
+    """The overlap event loop, one iteration per ``step()``: schedule and launch batch N, then process
+    batch N-1 while N runs. ``run_overlap_loop`` drives it; the disaggregated decode loop reuses it.
+
+    Before scheduling, the previous result is processed first when scheduling may retract (a
+    retracted request must not receive a token while it waits), and, with
+    ``sched.overlap_consecutive_prefill`` off, when an extend batch follows an extend batch.
+    """
+
+    def __init__(self, sched: Scheduler, on_finish: Callable[[Req], None] | None = None) -> None:
+        self.sched = sched
+        self.on_finish = on_finish
+        self.device, self.policy = scheduler_device_and_policy(sched)
+        self.pipe = OverlapPipeline(sched, self.device, self.policy)
+        self.pending: InFlight | None = None
+
+    def busy(self) -> bool:
+        return self.sched.has_work() or self.pending is not None
+
+    def _process_pending(self) -> None:
+        inflight, self.pending = self.pending, None
+        if inflight is not None:
+            self.sched.process_batch_result(inflight.batch, self.pipe.finish(inflight))
+
+    def step(self) -> None:
+        sched = self.sched
+        with self.device.stream(self.pipe.schedule):
+            if self.pending is not None and needs_sync_schedule(sched):
+                self._process_pending()
+            batch = sched.get_next_batch_to_run()
+            if (self.pending is not None and batch is not None and not sched.overlap_consecutive_prefill
+                    and batch.mode == "extend" and self.pending.batch.mode == "extend"):
+                self._process_pending()
+            launched = self.pipe.launch(batch) if batch is not None else None
+            processed = self.pending is not None
+            self._process_pending()
+            self.pending = launched
+            drained = sched._drain(self.on_finish)
+            # Nothing ran, nothing was in flight to free memory, nothing finished: stuck for good.
+            if batch is None and not processed and not drained and sched.has_work():
+                sched._abort_unschedulable()
+
+
+def run_overlap_loop(sched: Scheduler, on_finish: Callable[[Req], None] | None = None) -> None:
+    """Run the overlap loop until no request is waiting, running or in flight."""
+    loop = OverlapLoop(sched, on_finish)
+    while loop.busy():
+        loop.step()
