@@ -51,6 +51,8 @@ class PrefillAdder:
             return False
         pools = self.pools
         if req.req_pool_idx is None:
+            if pools.req_to_token.available() == 0:  # rows still held by an in-flight batch (overlap)
+                return False
             slots, node = pools.tree.match_prefix(req.fill_ids[:-1])
             pools.tree.inc_lock_ref(node)
             needed = req.seq_len - slots.numel()
