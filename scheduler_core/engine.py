@@ -93,7 +93,9 @@ class Engine:
 
     def flush_cache(self) -> None:
         """Drop every unlocked prefix-cache entry (between benchmark repeats)."""
-        self.scheduler.pools.tree.evict(self.config.kv_tokens)
+        for sched in (self.scheduler, self.decode_scheduler):
+            if sched is not None:
+                sched.pools.tree.evict(self.config.kv_tokens)
 
     def validate(self, prompt_ids: list[int], params: SamplingParams) -> None:
         """Raises ValueError naming the problem with one request."""

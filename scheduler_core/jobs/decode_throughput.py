@@ -78,6 +78,9 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--output", help="write the document here instead of $PARALLAX_RESULTS")
     add_engine_args(parser, max_running=32, kv_tokens=16384)
     args = parser.parse_args(argv)
+    if args.mode == "one-batch" and args.disaggregation:
+        parser.error("--mode one-batch times the decode steps of one scheduler; use --mode serving with "
+                     "--disaggregation")
     engine = make_engine(args)
     run = one_batch if args.mode == "one-batch" else serving
     log("warm-up run")

@@ -1,0 +1,71 @@
+"""The jobs record the loop and the sync policy in force, and say when the platform is simulated."""
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from runners.results import validate
+from scheduler_core.jobs import decode_throughput
+
+ARGS = ["--model", "tiny-random", "--mode", "one-batch", "--batch-size", "2", "--input-len", "8",
+        "--output-len", "4"]
+
+
+@pytest.fixture
+def results(tmp_path, monkeypatch):
+    path = tmp_path / "results.json"
+    monkeypatch.setenv("PARALLAX_RESULTS", str(path))
+    monkeypatch.setenv("PARALLAX_REPEATS", "1")
+    for name in ("PARALLAX_DEVICE", "PARALLAX_PLATFORM", "PARALLAX_WAR_BARRIER", "PARALLAX_COPY_STREAM",
+                 "PARALLAX_FWD_PREPARE_D2H"):
+        monkeypatch.delenv(name, raising=False)
+    return path
+
+
+def _load(path) -> dict:
+    data = json.loads(path.read_text())
+    validate(data)
+    return data
+
+
+def test_no_overlap_is_recorded_with_the_cpu_policy(results) -> None:
+    decode_throughput.main(ARGS + ["--no-overlap"])
+    context = _load(results)["context"]
+    assert context["overlap"] is False and context["disaggregation"] is None
+    assert context["platform"] == "cpu"
+    assert context["sync_policy"] == {"war_barrier": False, "copy_stream": False, "fwd_prepare_d2h": False}
+    assert context["sync_policy_overrides"] == []
+
+
+def test_overlap_and_overrides_are_recorded(results, monkeypatch) -> None:
+    monkeypatch.setenv("PARALLAX_WAR_BARRIER", "1")
+    decode_throughput.main(["--model", "tiny-random", "--num-prompts", "3", "--input-len", "8", "--output-len", "4",
+                            "--overlap", "--disaggregation", "inproc"])
+    context = _load(results)["context"]
+    assert context["overlap"] is True and context["disaggregation"] == "inproc"
+    assert context["sync_policy"]["war_barrier"] is True
+    assert context["sync_policy_overrides"] == [
+        {"variable": "PARALLAX_WAR_BARRIER", "field": "war_barrier", "value": True, "default": False}]
+
+
+def test_simulated_platform_is_labelled_and_follows_its_vendor_policy(results, monkeypatch) -> None:
+    monkeypatch.setenv("PARALLAX_DEVICE", "sim:rocm-mi300x")
+    decode_throughput.main(ARGS)
+    doc = _load(results)
+    assert doc["environment"]["platform"] == "rocm-sim" and doc["environment"]["simulated"] is True
+    assert doc["environment"]["sim_profile"] == "rocm-mi300x"
+    assert doc["context"]["platform"] == "rocm-sim"
+    assert doc["context"]["sync_policy"] == {"war_barrier": False, "copy_stream": False, "fwd_prepare_d2h": False}
+
+
+def test_one_batch_mode_refuses_disaggregation(results) -> None:
+    with pytest.raises(SystemExit):
+        decode_throughput.main(ARGS + ["--disaggregation", "inproc"])
+    assert not results.exists()
+
+
+def test_real_platform_is_not_simulated(results) -> None:
+    decode_throughput.main(ARGS)
+    env = _load(results)["environment"]
+    assert env["platform"] == "cpu" and env["simulated"] is False and env["device"] != "cpu"
