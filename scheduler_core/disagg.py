@@ -164,6 +164,8 @@ class DistTransfer(Transfer):
                     item.v = torch.empty(shape, dtype=self.kv_dtype, device=self.comm_device)
                     self.dist.recv(item.k, self.peer)
                     self.dist.recv(item.v, self.peer)
+                    if self.comm_device.type == "cuda":  # NCCL receives are ordered on this thread's stream only
+                        torch.cuda.current_stream(self.comm_device).synchronize()
                 self._inbox.put(item)
         except BaseException as exc:  # handed to the decode loop, which raises it
             self._inbox.put(exc)
@@ -290,13 +292,16 @@ class DecodeWorker:
                     sched._finished.append(item.to_req())
                 else:
                     self.queue.append(item)
-        self._admit()
         if self.loop is not None:
+            # The KV writes go on the schedule stream: the next launch's forward waits on it.
+            with self.loop.device.stream(self.loop.pipe.schedule):
+                self._admit()
             if self.loop.busy():
                 self.loop.step()
             else:
                 sched._drain(self.on_finish)
             return
+        self._admit()
         batch = sched.get_next_batch_to_run()
         if batch is not None:
             sched.process_batch_result(batch, sched.run_batch(batch))

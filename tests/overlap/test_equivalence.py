@@ -63,3 +63,8 @@ def test_distributed_disaggregation_matches_normal_loop(tiny_model, reference, o
     _same_tokens(reference, outs)
     assert sum(o.retractions for o in outs) > 0
     assert sum(o.cached_tokens for o in outs) > 0
+
+
+def test_unknown_disaggregation_backend_is_refused(tiny_model) -> None:
+    with pytest.raises(ValueError, match="unknown disaggregation 'nccl'; expected None or one of inproc, torch.distributed"):
+        tight_engine(tiny_model, disaggregation="nccl")
