@@ -49,16 +49,19 @@ def claim_all(db: Database, runner_ids: list[int]) -> tuple[Counter, list[BaseEx
     return claimed, errors
 
 
-@pytest.mark.slow
-def test_sixteen_threads_claim_500_jobs_exactly_once_on_postgres(postgres_url):
+def claim_race(url: str, jobs: int, runners: int) -> tuple[Database, Counter]:
     from tests.conftest import make_settings
     from app import create_app
-    app = create_app(make_settings(postgres_url))
-    db = app.extensions["parallax.db"]
-    runner_ids = seed(db, 500, 16)
-    claimed, errors = claim_all(db, runner_ids)
+    db = create_app(make_settings(url)).extensions["parallax.db"]
+    claimed, errors = claim_all(db, seed(db, jobs, runners))
     assert errors == []
-    assert len(claimed) == 500 and set(claimed.values()) == {1}
+    assert len(claimed) == jobs and set(claimed.values()) == {1}
+    return db, claimed
+
+
+@pytest.mark.slow
+def test_sixteen_threads_claim_500_jobs_exactly_once_on_postgres(postgres_url):
+    db, _ = claim_race(postgres_url, 500, 16)
     with db.session() as session:
         assert session.scalar(select(func.count()).select_from(JobAttempt)) == 500
         assert session.scalar(select(func.count()).where(Job.state == JobState.running)) == 500
@@ -67,12 +70,5 @@ def test_sixteen_threads_claim_500_jobs_exactly_once_on_postgres(postgres_url):
 
 @pytest.mark.slow
 def test_eight_threads_claim_200_jobs_exactly_once_on_sqlite(sqlite_url):
-    from tests.conftest import make_settings
-    from app import create_app
-    app = create_app(make_settings(sqlite_url))
-    db = app.extensions["parallax.db"]
-    runner_ids = seed(db, 200, 8)
-    claimed, errors = claim_all(db, runner_ids)
-    assert errors == []
-    assert len(claimed) == 200 and set(claimed.values()) == {1}
+    db, _ = claim_race(sqlite_url, 200, 8)
     db.engine.dispose()
