@@ -1,6 +1,5 @@
 """The `parallax` operator commands, run as a user would (click's runner, real database)."""
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest

@@ -1,5 +1,4 @@
 """Invalid results documents are refused with 422 naming the field, and store nothing."""
-import copy
 import json
 
 import pytest

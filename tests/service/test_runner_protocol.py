@@ -1,12 +1,11 @@
 """The runner protocol (DESIGN.md contract), one behaviour per test, on SQLite and PostgreSQL."""
-import json
 import time
 from datetime import timedelta
 
 import pytest
 from sqlalchemy import func, select, update
 
-from app.models import Job, JobLog, JobState, Measurement, Run, Runner
+from app.models import Job, JobState, Measurement, Run, Runner
 from tests.service.helpers import SHA_A, SHA_B, claim, document, queue_jobs, raw, register
 
 
