@@ -39,6 +39,14 @@ def scratch_sqlite(directory: Path) -> Iterator[str]:
             Path(f"{path}{suffix}").unlink(missing_ok=True)
 
 
+def print_table(rows: list[dict[str, Any]], columns: list[tuple[str, str]]) -> None:
+    """Print rows as an aligned table; `columns` are (header, key) pairs."""
+    widths = [max(len(header), *(len(str(row[key])) for row in rows)) for header, key in columns]
+    print("  ".join(header.rjust(w) for (header, _), w in zip(columns, widths)))
+    for row in rows:
+        print("  ".join(str(row[key]).rjust(w) for (_, key), w in zip(columns, widths)))
+
+
 def write_results(name: str, results: Any) -> Path:
     out = ROOT / "bench/results" / f"{name}.json"
     out.parent.mkdir(parents=True, exist_ok=True)

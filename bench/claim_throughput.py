@@ -32,7 +32,7 @@ from app.migrate import upgrade  # noqa: E402
 from app.models import Job, Repository, Suite  # noqa: E402
 from app.queue import get_or_create_commit  # noqa: E402
 from app.service_process import ServiceProcess  # noqa: E402
-from bench.backends import DEFAULT_POSTGRES, scratch_postgres, scratch_sqlite, write_results  # noqa: E402
+from bench.backends import DEFAULT_POSTGRES, print_table, scratch_postgres, scratch_sqlite, write_results  # noqa: E402
 
 CATALOGUE = """
 [[repositories]]
@@ -126,10 +126,8 @@ def main() -> None:
         results.append(run_backend("postgresql", url, args.runners, args.jobs, tmp))
     with scratch_sqlite(tmp) as url:
         results.append(run_backend("sqlite", url, args.runners, args.jobs, tmp))
-    print(f"{'backend':<11} {'runners':>7} {'jobs':>5} {'claims/s':>9} {'p50 ms':>7} {'p99 ms':>7}")
-    for r in results:
-        print(f"{r['backend']:<11} {r['runners']:>7} {r['jobs']:>5} {r['claims_per_s']:>9} "
-              f"{r['claim_p50_ms']:>7} {r['claim_p99_ms']:>7}")
+    print_table(results, [("backend", "backend"), ("runners", "runners"), ("jobs", "jobs"),
+                          ("claims/s", "claims_per_s"), ("p50 ms", "claim_p50_ms"), ("p99 ms", "claim_p99_ms")])
     write_results("claim_throughput", results)
 
 

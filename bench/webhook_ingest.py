@@ -42,7 +42,7 @@ sys.path.insert(0, str(ROOT))
 
 from app.migrate import upgrade  # noqa: E402
 from app.service_process import ServiceProcess  # noqa: E402
-from bench.backends import DEFAULT_POSTGRES, scratch_postgres, scratch_sqlite, write_results  # noqa: E402
+from bench.backends import DEFAULT_POSTGRES, print_table, scratch_postgres, scratch_sqlite, write_results  # noqa: E402
 
 SECRET = "bench-webhook-secret"
 REPO = "bench/engine"
@@ -179,11 +179,11 @@ def main() -> None:
     with scratch_sqlite(tmp) as url:
         shutil.rmtree(tmp / "data", ignore_errors=True)
         results.append(run_backend("sqlite", url, tmp, shas, upstream, args.requests, args.clients, args.seconds))
-    print(f"{'backend':<11} {'commits':>7} {'body KB':>7} {'p50 ms':>7} {'p99 ms':>7} {'deliv/s':>8} "
-          f"{'clients':>7} {'first push processed s':>22}")
     for r in results:
-        print(f"{r['backend']:<11} {r['commits']:>7} {r['payload_bytes'] / 1000:>7.1f} {r['p50_ms']:>7} "
-              f"{r['p99_ms']:>7} {r['deliveries_per_s']:>8} {r['clients']:>7} {r['first_push_processed_s']:>22}")
+        r["payload_kb"] = round(r["payload_bytes"] / 1000, 1)
+    print_table(results, [("backend", "backend"), ("commits", "commits"), ("body KB", "payload_kb"),
+                          ("p50 ms", "p50_ms"), ("p99 ms", "p99_ms"), ("deliv/s", "deliveries_per_s"),
+                          ("clients", "clients"), ("first push processed s", "first_push_processed_s")])
     write_results("webhook_ingest", results)
 
 
