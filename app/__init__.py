@@ -14,17 +14,16 @@ if TYPE_CHECKING:  # imported lazily: `parallax runner` runs on boxes without Fl
     from flask import Flask
 
 
-# Areas that register a blueprint named `bp` when their module exists.
-OPTIONAL_BLUEPRINTS = ("app.webhooks", "app.series_api", "app.dashboard")
-
-
 def create_app(config: Settings | dict[str, Any] | None = None, *, check_schema: bool = True) -> Flask:
     from flask import Flask
 
     from app import db, errors, logs
     from app.api import bp as api_bp
     from app.catalogue import sync_catalogue
+    from app.dashboard import bp as dashboard_bp
     from app.runner_api import bp as runner_bp
+    from app.series_api import bp as series_bp
+    from app.webhooks import bp as webhooks_bp
 
     if config is None:
         settings = load_settings()
@@ -49,8 +48,8 @@ def create_app(config: Settings | dict[str, Any] | None = None, *, check_schema:
     errors.register(flask_app)
     flask_app.register_blueprint(runner_bp)
     flask_app.register_blueprint(api_bp)
-    for optional in OPTIONAL_BLUEPRINTS:
-        _register_optional(flask_app, optional)
+    for blueprint in (webhooks_bp, series_bp, dashboard_bp):
+        flask_app.register_blueprint(blueprint)
 
     @flask_app.teardown_appcontext
     def _close_session(exc: BaseException | None) -> None:
@@ -58,13 +57,3 @@ def create_app(config: Settings | dict[str, Any] | None = None, *, check_schema:
 
     return flask_app
 
-
-def _register_optional(flask_app: Flask, module_name: str) -> None:
-    """Areas added by later work register themselves when their module exists."""
-    import importlib
-    import importlib.util
-
-    if importlib.util.find_spec(module_name) is None:
-        return
-    module = importlib.import_module(module_name)
-    flask_app.register_blueprint(module.bp)

@@ -176,19 +176,14 @@ def demo(workdir: str, port: int, model: str) -> None:
     sys.exit(run_demo(workdir=workdir, port=port, model=model))
 
 
-def _add_optional_commands() -> None:
-    """Commands whose modules belong to later areas (runner, detection, GitHub) attach here."""
-    import importlib
-    import importlib.util
-    for module_name in ("runners.cli", "app.detection_cli", "app.github_cli"):
-        try:
-            if importlib.util.find_spec(module_name) is None:
-                continue
-        except ModuleNotFoundError:
-            continue
-        module = importlib.import_module(module_name)
+def _add_area_commands() -> None:
+    """The runner, detection and GitHub commands live beside their areas; their modules import
+    only click at the top, so `parallax runner` still works on a box without Flask."""
+    from app import detection_cli, github_cli
+    from runners import cli as runner_cli
+    for module in (runner_cli, detection_cli, github_cli):
         for command in module.COMMANDS:
             main.add_command(command)
 
 
-_add_optional_commands()
+_add_area_commands()

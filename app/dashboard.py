@@ -146,7 +146,7 @@ def commit_page(sha: str):  # type: ignore[no-untyped-def]
     branch = repository.default_branch
     suites: dict[str, dict[str, Any]] = {}
     for run in runs:
-        suite = run.suite_id and session.get(Suite, run.suite_id)
+        suite = session.get(Suite, run.suite_id)
         table = suites.setdefault(suite.name, {"platforms": [], "metrics": {}})
         if run.platform not in table["platforms"]:
             table["platforms"].append(run.platform)

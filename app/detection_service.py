@@ -15,8 +15,6 @@ classify changes across platforms, and keep alert groups.
 """
 from __future__ import annotations
 
-import importlib
-import importlib.util
 import logging
 import math
 from dataclasses import asdict, dataclass, field, replace
@@ -325,10 +323,8 @@ def _restore(session: Session, series: Series, improvement: AlertChange, report:
 
 def _report_status(session: Session, series: Series, sha: str, relative_change: float, classification: str,
                    kind: str, before: float | None, after: float | None) -> None:
-    """A new regression turns the bad commit's status to failure (when the GitHub area exists)."""
-    if importlib.util.find_spec("app.github_status") is None:
-        return
-    github_status = importlib.import_module("app.github_status")
+    """A new regression turns the bad commit's status to failure."""
+    from app import github_status  # here, not at the top: github_status -> queue -> pipeline -> here
     key = series.key
     metric = key.metric[len("items:"):] + " accuracy" if key.is_items else key.metric
     label = classification.replace("_", "-")
