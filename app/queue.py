@@ -137,6 +137,8 @@ def try_claim(db: Database, runner_id: int, lease_s: int) -> Job | None:
     SQLite: the whole read-then-write runs in a `BEGIN IMMEDIATE` transaction (app.db), so
     claimers take turns."""
     with db.session() as session:
+        # Besides the reaper duty: a claim must see a lease that expired a moment ago, not wait
+        # for the duty's next tick (one indexed query that usually finds nothing).
         reap_expired(session)
         runner = session.get(Runner, runner_id)
         assert runner is not None
