@@ -26,7 +26,8 @@ def detect(rescan: bool, repository: str | None) -> None:
 
     def progress(number: int, total: int, key: Any, outcome: ScanReport) -> None:
         click.echo(f"[{number}/{total}] {key.suite} {key.metric} on {key.platform} ({key.branch}): "
-                   f"{len(outcome.created)} new, {outcome.updated} updated, {len(outcome.fixed)} fixed")
+                   f"{len(outcome.created)} new, {outcome.updated} updated, {len(outcome.fixed)} fixed, "
+                   f"{len(outcome.withdrawn)} withdrawn")
 
     if rescan:
         report = full_rescan(database, repository_id, progress=progress)
@@ -41,7 +42,7 @@ def detect(rescan: bool, repository: str | None) -> None:
             if batch.series == 0:
                 break
     click.echo(f"done: {report.series} series scanned, {len(report.created)} changes recorded, "
-               f"{report.updated} updated, {len(report.fixed)} alerts fixed, "
+               f"{report.updated} updated, {len(report.fixed)} alerts fixed, {len(report.withdrawn)} changes withdrawn, "
                f"{len(report.confirm_jobs)} confirmation jobs queued")
     with database.session() as session:
         query = select(Alert.state, Alert.kind, Alert.is_regression, func.count()).group_by(

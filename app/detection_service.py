@@ -26,7 +26,7 @@ from sqlalchemy.orm import Session
 from app.background import Duty
 from app.db import Database
 from app.detection import (DEFAULT_CONFIG, ChangePoint, DetectorConfig, PlatformSeries, classify_change,
-                           compare_accuracy, detect, detect_recent)
+                           compare_accuracy, detect, detect_recent, evidence_at)
 from app.models import (Alert, AlertChange, AlertState, Commit, DetectionState, JobReason, Repository, Run,
                         Suite, utcnow)
 from app.series import Series, SeriesKey, load_series, series_keys, series_keys_for_run, sibling_series
@@ -47,6 +47,7 @@ def config_for(metric: str) -> DetectorConfig:
 
 ACCURACY_ALPHA = 1e-3          # paired McNemar / two-proportion p-value for an accuracy alert
 ACCURACY_MIN_DROP = 0.01       # and at least one point of accuracy
+DRIFT_SPAN = 20                # a drift is tested against a commit at most this many measured commits back
 SCAN_BATCH = 50                # dirty series per duty run
 MAX_SUSPECTS = 50
 OPEN_STATES = (AlertState.new, AlertState.acknowledged)
@@ -58,6 +59,7 @@ class ScanReport:
     created: list[int] = field(default_factory=list)       # new AlertChange ids
     updated: int = 0
     fixed: list[int] = field(default_factory=list)         # alert ids set to fixed
+    withdrawn: list[int] = field(default_factory=list)     # AlertChange ids no longer supported
     confirm_jobs: list[int] = field(default_factory=list)
 
     def merge(self, other: "ScanReport") -> None:
@@ -65,6 +67,7 @@ class ScanReport:
         self.created += other.created
         self.updated += other.updated
         self.fixed += other.fixed
+        self.withdrawn += other.withdrawn
         self.confirm_jobs += other.confirm_jobs
 
 
@@ -151,6 +154,8 @@ def scan_series(session: Session, key: SeriesKey, *, full: bool) -> ScanReport:
         for change in changes:
             _record_performance_change(session, series, change, report)
             found.append(_change_json(series, change))
+        _withdraw_vanished(session, series, changes, config, truncated=not full and len(points) >= config.window,
+                           report=report)
     _reclassify_waiting(session, series, report)
     _save_state(session, series, found)
     return report
@@ -364,8 +369,18 @@ def _record_performance_change(session: Session, series: Series, change: ChangeP
         existing.p_value, existing.before_value, existing.after_value = change.p_value, change.before, change.after
         good, bad = series.points[change.index - 1], series.points[change.index]
         moved = existing.details.get("bad_position") != bad.position
-        existing.details = json_safe({**existing.details, **stats, "good_position": good.position,
-                                      "bad_position": bad.position})
+        withdrawn = existing.details.get("withdrawn")
+        existing.details = json_safe({**{k: v for k, v in existing.details.items() if k != "withdrawn"}, **stats,
+                                      "good_position": good.position, "bad_position": bad.position})
+        if withdrawn:
+            # Found again after all: the detector takes its own withdrawal back.
+            alert = existing.alert
+            if alert.state == AlertState.invalid and alert.updated_by == "detector":
+                alert.state, alert.updated_by, alert.note = AlertState.new, None, None
+                alert.updated_at = utcnow()
+            if existing.is_regression:
+                _report_status(session, series, bad.sha, change.relative_change, existing.classification,
+                               alert.kind, change.before, change.after)
         if moved:
             existing.suspected_commits = _suspects(series, change.index - 1, change.index, session)
             alert = existing.alert
@@ -378,6 +393,53 @@ def _record_performance_change(session: Session, series: Series, change: ChangeP
                 relative_change=change.relative_change, before=change.before, after=change.after,
                 p_value=change.p_value, ci=(change.ci_low, change.ci_high), classification=verdict,
                 details={**stats, **details}, report=report)
+
+
+def _withdraw_vanished(session: Session, series: Series, changes: list[ChangePoint], config: DetectorConfig, *,
+                       truncated: bool, report: ScanReport) -> None:
+    """A recorded change that more data no longer supports is withdrawn: the scan did not find
+    it again although it lies well inside the scanned commits, and the commits after its first
+    `min_segment` ones are back within half the alerting effect of the level before (the
+    hysteresis keeps a change near the threshold from flapping). Its alert becomes `invalid` (by "detector") when nobody has
+    triaged it and none of its regressions still stands; a failing commit status is cleared."""
+    if len(series.points) < config.min_points:
+        return
+    at = {point.position: i for i, point in enumerate(series.points)}
+    first = config.max_side // 2 if truncated else 1
+    points = [p.samples for p in series.points]
+    positions = [p.position for p in series.points]
+    for recorded in _series_changes(session, series.key):
+        details = recorded.details or {}
+        index = at.get(details.get("bad_position"))
+        if (index is None or details.get("withdrawn") or details.get("restored_by") or details.get("restores")
+                or index < first or index > len(series.points) - 2 * config.min_segment):
+            continue
+        if any(abs(c.index - index) <= config.min_segment for c in changes):
+            continue
+        test = evidence_at(points, positions, index, [c.index for c in changes], config, skip=config.min_segment)
+        if test is None or test.effect >= config.min_effect / 2:
+            continue
+        effect = round(test.effect, 2)
+        later = len(series.points) - index
+        recorded.details = json_safe({**details, "withdrawn": {"effect": effect, "measured_after": later}})
+        report.withdrawn.append(recorded.id)
+        alert = recorded.alert
+        regressions = [c for c in alert.changes if c.is_regression]
+        if (alert.state == AlertState.new and regressions
+                and all(c.details.get("withdrawn") or c.details.get("restored_by") for c in regressions)):
+            alert.state = AlertState.invalid
+            alert.updated_by = "detector"
+            alert.note = (f"withdrawn by the detector: with {later} measured commits from "
+                          f"{series.points[index].sha[:12]} on, {series.key.metric} on {series.key.platform} is "
+                          f"back within noise of the level before (effect {effect})")
+            alert.updated_at = utcnow()
+        if recorded.is_regression:
+            from app import github_status
+            github_status.set_status(session, repository_id=series.key.repository_id,
+                                     sha=series.points[index].sha, platform=series.key.platform,
+                                     suite=series.key.suite, state="success", clears_failure=True,
+                                     description=f"{series.key.metric} regression withdrawn: within noise "
+                                                 f"with {later} more commits")
 
 
 def _classify(session: Session, series: Series, change: ChangePoint,
@@ -448,30 +510,47 @@ def _reclassify_waiting(session: Session, series: Series, report: ScanReport) ->
 # ---------------------------------------------------------------- accuracy and hazards
 
 def _accuracy_alerts(session: Session, series: Series, report: ScanReport, *, full: bool) -> list[dict[str, Any]]:
-    """Consecutive measured commits compared on their per-item vectors (latest run of each)."""
+    """Each measured commit is compared on its per-item vector (latest run) with the previous
+    measured commit, and then with an anchor up to `DRIFT_SPAN` commits back: the last commit
+    of the current level (just after the latest accuracy change), so a slow drift whose steps
+    are each too small to test still becomes one alert spanning the commits that drifted."""
     points = [p for p in series.points if p.correct and p.correct[-1]]
     start = 1 if full else max(1, len(points) - DEFAULT_CONFIG.window)
     existing = _series_changes(session, series.key)
     found = []
     for i in range(start, len(points)):
-        before, after = points[i - 1], points[i]
-        result = compare_accuracy(before.correct[-1], after.correct[-1])
-        delta = result.after - result.before
-        if result.p_value >= ACCURACY_ALPHA or abs(delta) < ACCURACY_MIN_DROP:
+        after = points[i]
+        adjacent = _accuracy_change(session, series, points[i - 1], after, existing, report, drift=False)
+        if adjacent is not None:
+            found.append(adjacent)
             continue
-        found.append({"good": before.sha, "bad": after.sha, "difference": delta, "p_value": result.p_value})
-        index = series.points.index(after)
-        if _existing_near(existing, series, index, delta, 0) is not None:
-            continue
-        good_index = series.points.index(before)
+        changed = [c.details.get("bad_position") for c in existing]
+        anchor = max([i - DRIFT_SPAN, 0] + [j for j in range(i) if points[j].position in changed])
+        if anchor < i - 1:
+            drift = _accuracy_change(session, series, points[anchor], after, existing, report, drift=True)
+            if drift is not None:
+                found.append(drift)
+    return found
+
+
+def _accuracy_change(session: Session, series: Series, before: Any, after: Any, existing: list[AlertChange],
+                     report: ScanReport, *, drift: bool) -> dict[str, Any] | None:
+    """Paired test of two measured commits; records an accuracy change (once) when it passes."""
+    result = compare_accuracy(before.correct[-1], after.correct[-1])
+    delta = result.after - result.before
+    if result.p_value >= ACCURACY_ALPHA or abs(delta) < ACCURACY_MIN_DROP:
+        return None
+    index = series.points.index(after)
+    if _existing_near(existing, series, index, delta, 0) is None:
         relative = delta / result.before if result.before else delta
         existing.append(_new_change(
-            session, series, kind="accuracy", good_index=good_index, bad_index=index, relative_change=relative,
-            before=result.before, after=result.after, p_value=result.p_value, ci=(result.ci_low, result.ci_high),
+            session, series, kind="accuracy", good_index=series.points.index(before), bad_index=index,
+            relative_change=relative, before=result.before, after=result.after, p_value=result.p_value,
+            ci=(result.ci_low, result.ci_high),
             classification=_pointwise_classification(session, series, before, after, "accuracy"),
-            details={"method": result.method, "discordant": result.discordant, "difference": delta},
-            report=report))
-    return found
+            details={"method": result.method, "discordant": result.discordant, "difference": delta,
+                     "drift": drift}, report=report))
+    return {"good": before.sha, "bad": after.sha, "difference": delta, "p_value": result.p_value, "drift": drift}
 
 
 def _hazard_alerts(session: Session, series: Series, report: ScanReport) -> None:

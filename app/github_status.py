@@ -92,9 +92,10 @@ def context_name(platform: str, suite: str) -> str:
 
 
 def set_status(session: Session, *, repository_id: int, sha: str, platform: str, suite: str, state: str,
-               description: str) -> None:
+               description: str, clears_failure: bool = False) -> None:
     """Queue a commit status. A "failure" (regression flagged) already recorded for this commit
-    and context is sticky: later "pending", "success" or "error" updates for it are dropped."""
+    and context is sticky: later "pending", "success" or "error" updates for it are dropped,
+    unless `clears_failure` says the regression itself was withdrawn by the detector."""
     if state not in STATES:
         raise ValueError(f"state must be one of {', '.join(STATES)}, got {state!r}")
     settings = current_settings()
@@ -104,7 +105,7 @@ def set_status(session: Session, *, repository_id: int, sha: str, platform: str,
     if repository is None or not enabled_for(settings, repository.name):
         return
     context = context_name(platform, suite)
-    if state != "failure":
+    if state != "failure" and not clears_failure:
         failed = session.scalar(select(CommitStatusUpdate.id).where(
             CommitStatusUpdate.repository_id == repository_id, CommitStatusUpdate.sha == sha,
             CommitStatusUpdate.context == context, CommitStatusUpdate.state == "failure").limit(1))

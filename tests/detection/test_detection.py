@@ -9,8 +9,8 @@ import pytest
 from scipy import stats
 
 from app.detection import (
-    PlatformSeries, classify_change, compare_accuracy, detect, detect_recent, find_change_points,
-    mcnemar_exact, two_proportion_z,
+    PlatformSeries, classify_change, compare_accuracy, detect, detect_recent, effect_threshold, evidence_at,
+    find_change_points, mcnemar_exact, two_proportion_z,
 )
 from tests.detection.histories import EXPECTED, SCENARIOS, make_history
 
@@ -81,6 +81,24 @@ def test_a_new_level_seen_at_two_commits_only_is_not_yet_a_change():
     assert find_change_points(list(values)) == []
     values = np.append(values, 800.0)
     assert find_change_points(list(values)) == [60]
+
+
+def test_a_young_series_needs_a_larger_effect_than_a_long_one():
+    assert effect_threshold(3.5, 12) > 5.0 > effect_threshold(3.5, 60) > effect_threshold(3.5, 200) > 3.5
+    assert effect_threshold(3.5, 100_000) == pytest.approx(3.5, abs=0.01)
+
+
+def test_evidence_after_a_lasting_step_stays_while_a_three_commit_dip_loses_it():
+    rng = np.random.default_rng(3)
+    step = noisy(rng, 80, 0.01)
+    step[40:] *= 0.9
+    dip = noisy(rng, 80, 0.01)
+    dip[40:43] *= 0.9
+    points = lambda values: [[v] for v in values]  # noqa: E731
+    assert evidence_at(points(step), None, 40, [], skip=3).effect > 10
+    assert evidence_at(points(dip), None, 40, [], skip=3).effect < 1.75
+    assert evidence_at(points(dip), None, 40, []).effect > evidence_at(points(dip), None, 40, [], skip=3).effect
+    assert evidence_at(points(dip), None, 78, [], skip=3) is None    # nothing left after the skipped commits
 
 
 @pytest.mark.parametrize("values", [

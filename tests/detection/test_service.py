@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import math
 from dataclasses import replace
+from typing import Sequence
 
+import numpy as np
 import pytest
 from scipy import stats
 from sqlalchemy import func, select
@@ -392,3 +394,59 @@ def test_a_change_refined_by_later_data_moves_its_range_instead_of_opening_anoth
     with db.session() as session:
         alert = session.get(Alert, refined.alert_id)
         assert session.get(Commit, alert.bad_commit_id).sha == shas[30]
+
+
+# ---------------------------------------------------------------- withdrawal and drift
+
+def excursion_levels(n_before: int, dip: Sequence[float], n_after: int, seed: int) -> list[float]:
+    """A series (sd 12 around 1000, never below 976) with `dip` values after `n_before`."""
+    rng = np.random.default_rng(seed)
+    quiet = list(1000.0 + np.clip(12.0 * rng.standard_normal(n_before + n_after), -24.0, 24.0))
+    return quiet[:n_before] + list(dip) + quiet[n_before:]
+
+
+def test_a_regression_that_more_data_no_longer_supports_is_withdrawn(build, db, settings):
+    from app.github_status import use_settings
+    levels = excursion_levels(40, [963.0, 964.0, 965.0], 20, seed=21)
+    shas = build.branch(len(levels))
+    with use_settings(replace(settings, github_token="t")):
+        for value, level in zip(shas[:43], levels[:43]):
+            build.result(value, "rocm", [level])
+        scan_dirty(db)
+        (change,) = changes(db)
+        assert change.is_regression and change.alert.state == AlertState.new
+        for value, level in zip(shas[43:], levels[43:]):
+            build.result(value, "rocm", [level])
+        report = scan_dirty(db)
+    (change,) = changes(db)
+    assert report.withdrawn == [change.id] and change.details["withdrawn"]["measured_after"] == 23
+    assert change.alert.state == AlertState.invalid and change.alert.updated_by == "detector"
+    assert change.alert.note.startswith("withdrawn by the detector")
+    with db.session() as session:
+        states = [(s.sha, s.state) for s in session.scalars(select(CommitStatusUpdate).order_by(CommitStatusUpdate.id))]
+    assert states == [(shas[40], "failure"), (shas[40], "success")]
+
+
+def test_a_regression_that_holds_is_never_withdrawn(build, db):
+    shas = build.branch(80)
+    levels = step(80, 30, 1000.0, -0.06)
+    build.history(shas[:35], "rocm", levels[:35], seed=22)
+    scan_dirty(db)
+    for start in range(35, 80, 5):
+        build.history(shas[start:start + 5], "rocm", levels[start:start + 5], seed=start)
+        assert scan_dirty(db).withdrawn == []
+    (change,) = changes(db)
+    assert change.alert.state == AlertState.new and "withdrawn" not in change.details
+
+
+def test_a_slow_accuracy_drift_becomes_one_alert_over_the_commits_that_drifted(build, db):
+    shas = build.branch(12)
+    for k, value in enumerate(shas):            # two more of 400 questions wrong at every commit
+        build.result(value, "rocm", items=[0] * (2 * k) + [1] * (400 - 2 * k))
+    scan_dirty(db)
+    (change,) = changes(db)
+    assert change.alert.kind == "accuracy" and change.is_regression and change.details["drift"] is True
+    # p = 2 * 0.5**12 < 1e-3 first at six commits from the anchor (12 questions flipped).
+    assert change.details["discordant"] == [12, 0] and change.p_value == pytest.approx(stats.binomtest(0, 12).pvalue)
+    assert change.suspected_commits == shas[1:7]
+    assert rescan(db).created == []
