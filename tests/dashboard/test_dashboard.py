@@ -4,7 +4,7 @@ import json
 import pytest
 from sqlalchemy import select
 
-from app.models import Alert, AlertChange, Commit, Repository
+from app.models import Alert, AlertChange, AlertState, Commit, Repository
 from tests.service.helpers import claim, document, queue_jobs, register
 
 SHAS = [f"{i:x}" * 40 for i in range(1, 4)]
@@ -85,6 +85,25 @@ def test_open_regressions_are_listed_and_marked(page, live_server, measured, db)
     assert page.locator("table.matrix td.cell.regression").count() == 1
     page.goto(live_server.url + "/alerts")
     assert "-18.0%" in page.locator("#alerts").inner_text()
+
+
+def test_a_withdrawn_alert_shows_why_under_the_invalid_filter(page, live_server, measured, db):
+    with db.session() as session:
+        repo = session.scalar(select(Repository))
+        bad = session.scalar(select(Commit).where(Commit.sha == SHAS[2]))
+        alert = Alert(repository_id=repo.id, branch="main", bad_commit_id=bad.id, state=AlertState.invalid,
+                      updated_by="detector", note="withdrawn by the detector: back within noise")
+        alert.changes = [AlertChange(suite="decode-throughput", metric="output_throughput", platform="rocm",
+                                     context_fingerprint="x", direction="higher_is_better", relative_change=-0.05,
+                                     p_value=0.001, classification="inconclusive",
+                                     details={"withdrawn": {"effect": 0.4, "measured_after": 12}})]
+        session.add(alert)
+    page.goto(live_server.url + "/alerts")
+    assert page.locator("#alerts").inner_text().strip().endswith("No open alerts.")
+    page.click("text=invalid")
+    row = page.locator("#alerts tr.regression")
+    assert "withdrawn by the detector: back within noise (detector)" in row.inner_text()
+    assert row.locator(".tag.withdrawn").count() == 1
 
 
 def test_unknown_commit_is_an_html_404(page, live_server):
