@@ -1,6 +1,6 @@
 """Detection quality: this detector next to ruptures PELT, ruptures BinSeg and Apache Otava.
 
-    .venv/bin/python bench/detection_quality.py [--quick] [--no-otava]
+    .venv/bin/python bench/detection_quality.py [--quick] [--no-otava] [--sweep]
 
 Labelled data: the `otava-test-data` generators (run in the peer venv) and this file's seeded
 generator of performance histories (steps, regression then fix, single outliers, banding,
@@ -23,6 +23,7 @@ import platform
 import subprocess
 import sys
 import time
+from dataclasses import replace
 from pathlib import Path
 from typing import Callable, Sequence
 
@@ -33,7 +34,8 @@ from scipy import stats
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from app.detection import DEFAULT_CONFIG, _CumsumL2, detect, detect_recent, find_change_points  # noqa: E402
+from app.detection import (DEFAULT_CONFIG, DetectorConfig, _CumsumL2, detect, detect_recent,  # noqa: E402
+                           find_change_points)
 
 PEER_VENV = ROOT / "var" / "bench-peers" / "otava"
 MARGIN = 5
@@ -209,14 +211,15 @@ def shifted_history(rng: np.random.Generator, per_commit: int, run_cv: float, sa
     return (run[:, None] * (1 + sample_cv * rng.standard_normal((n, per_commit)))).tolist()
 
 
-def detection_delay(seed: int, trials: int) -> dict:
+def detection_delay(seed: int, trials: int, config: DetectorConfig = DEFAULT_CONFIG,
+                    variants: Sequence[tuple] = DELAY_VARIANTS, oracle: bool = True) -> dict:
     """A 5 % shift (either sign) lands at commit 250; after every new commit the service's
     incremental detection re-examines its recent window. Delay = commits measured at the new
     level (the landing commit counts as 1) when a change within 3 points of the true one is
     first reported; "within 3 commits of landing" is read both ways: delay <= 3 (landing and the
     next two) and delay <= 4 (landing and the next three)."""
     out = {}
-    for label, per_commit, run_cv, sample_cv in DELAY_VARIANTS:
+    for label, per_commit, run_cv, sample_cv in variants:
         rng = np.random.default_rng(seed)
         delays = []
         for _ in range(trials):
@@ -224,13 +227,14 @@ def detection_delay(seed: int, trials: int) -> dict:
                                      SHIFT * float(rng.choice([-1, 1])))
             found = math.inf
             for end in range(LANDING + 1, LANDING + 21):
-                if any(abs(c.index - LANDING) <= 3 for c in detect_recent(points[:end])):
+                if any(abs(c.index - LANDING) <= 3 for c in detect_recent(points[:end], None, config)):
                     found = end - LANDING
                     break
             delays.append(found)
-        out[label] = {"trials": trials, **delay_summary(delays),
-                      "oracle_cusum": oracle_cusum(np.random.default_rng(seed + 1), per_commit, run_cv, sample_cv,
-                                                   trials=max(trials, 2000))}
+        out[label] = {"trials": trials, **delay_summary(delays)}
+        if oracle:
+            out[label]["oracle_cusum"] = oracle_cusum(np.random.default_rng(seed + 1), per_commit, run_cv,
+                                                      sample_cv, trials=max(trials, 2000))
     return out
 
 
@@ -286,23 +290,24 @@ def oracle_cusum(rng: np.random.Generator, per_commit: int, run_cv: float, sampl
             "false_alerts_per_1000": 1000 * len(alarms(z_null, float(h))) / null_commits, **delay_summary(delays)}
 
 
-def false_alerts(seed: int, length: int, per_pattern: int) -> dict:
+def false_alerts(seed: int, length: int, per_pattern: int, config: DetectorConfig = DEFAULT_CONFIG,
+                 cvs: Sequence[float] = CVS) -> dict:
     """Null histories (noise, outliers, banding) grown one commit at a time; every distinct change
     reported by incremental detection along the way would be an alert (changes within the
     minimum segment of one already reported count once, as the service merges them)."""
     rng = np.random.default_rng(seed)
     alerts = commits = 0
     by_cv: dict[str, float] = {}
-    for cv in CVS:
+    for cv in cvs:
         cv_alerts = cv_commits = 0
         for pattern in ("noise", "outliers", "banding"):
             for _ in range(per_pattern):
                 history = perf_history(rng, pattern, cv, length)
                 points = history["samples"]
                 reported: list[int] = []
-                for end in range(DEFAULT_CONFIG.min_points, length + 1):
-                    for change in detect_recent(points[:end]):
-                        if all(abs(change.index - r) > DEFAULT_CONFIG.min_segment for r in reported):
+                for end in range(config.min_points, length + 1):
+                    for change in detect_recent(points[:end], None, config):
+                        if all(abs(change.index - r) > config.min_segment for r in reported):
                             reported.append(change.index)
                 cv_alerts += len(reported)
                 cv_commits += length
@@ -410,6 +415,37 @@ def service_latency(seed: int, repeats: int, workdir: Path) -> dict:
             "median_ms": float(np.median(timings)), "p95_ms": float(np.percentile(timings, 95))}
 
 
+SWEEP = (("default", {}),
+         ("U test p < 0.005", {"alpha": 5e-3}),
+         ("penalty 2 log n", {"penalty": 2.0}),
+         ("penalty 2 log n, U test p < 0.005", {"penalty": 2.0, "alpha": 5e-3}),
+         ("effect >= 4", {"min_effect": 4.0}))
+
+
+def sweep(seed: int, quick: bool) -> int:
+    """`--sweep`: the trade-off behind the defaults. Each configuration is scored on the delay
+    of a 5 % shift at 2 % run-to-run CV (5 samples per commit) and on false alerts at 2 % and
+    5 % CV, on the same seeded data."""
+    trials, per_pattern = (40, 1) if quick else (300, 4)
+    rows = []
+    print(f"{'configuration':36} {'<= +2':>6} {'<= +3':>6} {'<= +4':>6} {'false/1,000 (95 % interval)':>30}")
+    for name, overrides in SWEEP:
+        config = replace(DEFAULT_CONFIG, **overrides)
+        delay = detection_delay(seed, trials, config, DELAY_VARIANTS[1:2], oracle=False)
+        row = next(iter(delay.values()))
+        false = false_alerts(seed, 1000, per_pattern, config, cvs=(0.02, 0.05))
+        rows.append({"name": name, "overrides": overrides, "delay": row, "false_alerts": false})
+        low, high = false["ci95_per_1000"]
+        print(f"{name:36} {row['found_within_3']:6.1%} {row['found_within_4']:6.1%} {row['found_within_5']:6.1%} "
+              f"{false['per_1000_commits']:11.2f} ({low:.2f}-{high:.2f})", flush=True)
+    out = ROOT / "bench" / "results" / "detection_sweep.json"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps({"command": " ".join([Path(sys.executable).name, *sys.argv]), "seed": seed,
+                               "trials": trials, "rows": rows}, indent=2))
+    print(f"wrote {out.relative_to(ROOT)}")
+    return 0
+
+
 # ---------------------------------------------------------------- main
 
 def main() -> int:
@@ -417,7 +453,11 @@ def main() -> int:
     parser.add_argument("--quick", action="store_true", help="fewer series (a smoke run)")
     parser.add_argument("--no-otava", action="store_true", help="skip Apache Otava and otava-test-data")
     parser.add_argument("--seed", type=int, default=7)
+    parser.add_argument("--sweep", action="store_true",
+                        help="only the delay / false-alert trade-off of a few detector configurations")
     args = parser.parse_args()
+    if args.sweep:
+        return sweep(args.seed, args.quick)
     reps, length = (2, 200) if args.quick else (8, 400)
 
     notes: list[str] = ["TCPD (the Turing change point dataset) is not on PyPI; no public labelled "
