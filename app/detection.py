@@ -14,7 +14,8 @@ The method, in order:
 4. candidates come from ruptures' binary segmentation on the noise-normalised levels with a
    BIC-style penalty (`penalty * log n`) and an O(1) cumulative-sum L2 cost;
 5. each candidate must pass, against its neighbouring segments (at most `max_side` commits each):
-   a Mann-Whitney U test, a robust effect size on the per-commit levels, and a minimum relative
+   a Mann-Whitney U test, an effect size on the per-commit levels (winsorized at `winsor` sigmas;
+   its threshold grows for young series, see `effect_threshold`), and a minimum relative
    magnitude. The U test compares per-commit levels when both sides have `min_segment` commits
    and pools the raw samples only when a side is shorter (one commit at each end of a range in
    the platform comparison): run-to-run noise is larger than the spread of samples within one
@@ -40,13 +41,14 @@ MAD_TO_SIGMA = 1.4826
 class DetectorConfig:
     min_points: int = 10         # fewer measured commits than this: nothing is reported
     min_segment: int = 3         # a new level must be seen at this many commits
-    penalty: float = 3.0         # binary segmentation penalty, times log(n), in noise variances
-    alpha: float = 2e-3          # Mann-Whitney U p-value (commit levels; raw samples if a side is short)
-    min_effect: float = 3.5      # |mean difference| / (sigma * sqrt(1/n1 + 1/n2)) on levels
+    penalty: float = 2.6         # binary segmentation penalty, times log(n), in noise variances
+    alpha: float = 1e-2          # Mann-Whitney U p-value (commit levels; raw samples if a side is short)
+    min_effect: float = 3.7      # |mean difference| / (sigma * sqrt(1/n1 + 1/n2)) on winsorized levels
     min_relative: float = 0.02   # |after - before| / |before|
     spike_z: float = 5.0         # a spike is this many sigmas from its agreeing neighbours
     max_side: int = 60           # commits per side used by the tests (the recent level only)
     window: int = 200            # incremental detection re-examines this many recent commits
+    winsor: float = 4.0          # the effect size winsorizes levels this many sigmas from the old median
 
 
 DEFAULT_CONFIG = DetectorConfig()
@@ -202,6 +204,12 @@ def _test_split(prepared: Prepared, start: int, cp: int, end: int, config: Detec
     spread = prepared.sigma * math.sqrt(1.0 / len(left) + 1.0 / len(right))
     delta = float(np.mean(right_levels) - np.mean(left_levels))
     effect = abs(delta) / spread
+    if config.winsor > 0:
+        # One wild commit among the few first ones at a new level must not carry a change alone
+        # (the spike rule needs both neighbours, so it cannot see the newest commit yet).
+        ref = float(np.median(left_levels))
+        low, high = ref - config.winsor * prepared.sigma, ref + config.winsor * prepared.sigma
+        effect = abs(float(np.mean(np.clip(right_levels, low, high)) - np.mean(np.clip(left_levels, low, high)))) / spread
     scale = abs(before)
     if scale > 0:
         relative = (after - before) / scale

@@ -416,9 +416,12 @@ def service_latency(seed: int, repeats: int, workdir: Path) -> dict:
 
 
 SWEEP = (("default", {}),
-         ("U test p < 0.005", {"alpha": 5e-3}),
+         ("before the sweep: pen 3, U 0.002, 3.5, raw", {"penalty": 3.0, "alpha": 2e-3, "min_effect": 3.5,
+                                                          "winsor": 0.0}),
+         ("no winsorizing", {"winsor": 0.0}),
+         ("U test p < 0.002", {"alpha": 2e-3}),
          ("penalty 2 log n", {"penalty": 2.0}),
-         ("penalty 2 log n, U test p < 0.005", {"penalty": 2.0, "alpha": 5e-3}),
+         ("effect >= 3.5", {"min_effect": 3.5}),
          ("effect >= 4", {"min_effect": 4.0}))
 
 
@@ -428,7 +431,7 @@ def sweep(seed: int, quick: bool) -> int:
     5 % CV, on the same seeded data."""
     trials, per_pattern = (40, 1) if quick else (300, 4)
     rows = []
-    print(f"{'configuration':36} {'<= +2':>6} {'<= +3':>6} {'<= +4':>6} {'false/1,000 (95 % interval)':>30}")
+    print(f"{'configuration':44} {'<= +2':>6} {'<= +3':>6} {'<= +4':>6} {'false/1,000 (95 % interval)':>30}")
     for name, overrides in SWEEP:
         config = replace(DEFAULT_CONFIG, **overrides)
         delay = detection_delay(seed, trials, config, DELAY_VARIANTS[1:2], oracle=False)
@@ -436,7 +439,7 @@ def sweep(seed: int, quick: bool) -> int:
         false = false_alerts(seed, 1000, per_pattern, config, cvs=(0.02, 0.05))
         rows.append({"name": name, "overrides": overrides, "delay": row, "false_alerts": false})
         low, high = false["ci95_per_1000"]
-        print(f"{name:36} {row['found_within_3']:6.1%} {row['found_within_4']:6.1%} {row['found_within_5']:6.1%} "
+        print(f"{name:44} {row['found_within_3']:6.1%} {row['found_within_4']:6.1%} {row['found_within_5']:6.1%} "
               f"{false['per_1000_commits']:11.2f} ({low:.2f}-{high:.2f})", flush=True)
     out = ROOT / "bench" / "results" / "detection_sweep.json"
     out.parent.mkdir(parents=True, exist_ok=True)

@@ -9,7 +9,7 @@ import pytest
 from scipy import stats
 
 from app.detection import (
-    PlatformSeries, classify_change, compare_accuracy, detect, detect_recent, effect_threshold, evidence_at,
+    DEFAULT_CONFIG, PlatformSeries, classify_change, compare_accuracy, detect, detect_recent, effect_threshold, evidence_at,
     find_change_points, mcnemar_exact, two_proportion_z,
 )
 from tests.detection.histories import EXPECTED, SCENARIOS, make_history
@@ -96,7 +96,7 @@ def test_evidence_after_a_lasting_step_stays_while_a_three_commit_dip_loses_it()
     dip[40:43] *= 0.9
     points = lambda values: [[v] for v in values]  # noqa: E731
     assert evidence_at(points(step), None, 40, [], skip=3).effect > 10
-    assert evidence_at(points(dip), None, 40, [], skip=3).effect < 1.75
+    assert evidence_at(points(dip), None, 40, [], skip=3).effect < DEFAULT_CONFIG.min_effect / 2
     assert evidence_at(points(dip), None, 40, []).effect > evidence_at(points(dip), None, 40, [], skip=3).effect
     assert evidence_at(points(dip), None, 78, [], skip=3) is None    # nothing left after the skipped commits
 
