@@ -59,8 +59,15 @@ def detect(rescan: bool, repository: str | None) -> None:
             if not change.is_regression:
                 continue
             bad = session.get(Commit, change.alert.bad_commit_id)
+            drift = (f", drift over {len(change.suspected_commits)} commits" if change.details.get("drift") else "")
             click.echo(f"  regression: {change.metric} {change.relative_change * 100:+.1f}% on {change.platform} "
-                       f"({change.classification}) at {bad.sha[:12] if bad else '?'} [alert {change.alert_id}]")
+                       f"({change.classification}{drift}) at {bad.sha[:12] if bad else '?'} [alert {change.alert_id}]")
+        for change in session.scalars(select(AlertChange).where(AlertChange.id.in_(report.withdrawn))
+                                      .order_by(AlertChange.id)):
+            gone = change.details["withdrawn"]
+            click.echo(f"  withdrawn: {change.metric} {change.relative_change * 100:+.1f}% on {change.platform}, "
+                       f"effect {gone['effect']} with {gone['measured_after']} commits measured from it on "
+                       f"[alert {change.alert_id} {change.alert.state.value}]")
 
 
 COMMANDS = [detect]

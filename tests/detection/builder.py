@@ -88,3 +88,10 @@ class Builder:
 
 def step(n: int, at: int, before: float, relative: float) -> list[float]:
     return [before if i < at else before * (1 + relative) for i in range(n)]
+
+
+def excursion_levels(n_before: int, dip: Sequence[float], n_after: int, seed: int) -> list[float]:
+    """A series (sd 12 around 1000, never below 976) with `dip` values after `n_before`."""
+    rng = np.random.default_rng(seed)
+    quiet = list(1000.0 + np.clip(12.0 * rng.standard_normal(n_before + n_after), -24.0, 24.0))
+    return quiet[:n_before] + list(dip) + quiet[n_before:]

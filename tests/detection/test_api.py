@@ -5,7 +5,7 @@ import pytest
 from click.testing import CliRunner
 
 from app.detection_service import scan_dirty
-from tests.detection.builder import METRIC, SUITE, Builder, step
+from tests.detection.builder import METRIC, SUITE, Builder, excursion_levels, step
 from tests.service.helpers import admin_headers
 
 
@@ -111,6 +111,24 @@ def test_parallax_detect_rescan_prints_progress_and_a_summary(build, db, databas
     assert f"on rocm (inconclusive) at {shas[30][:12]}" in result.output
     again = CliRunner().invoke(main, ["detect"], env=env, catch_exceptions=False)
     assert "0 changes recorded" in again.output
+
+
+def test_parallax_detect_names_the_changes_it_withdraws(build, db, database_url, tmp_path):
+    from app.cli import main
+    levels = excursion_levels(40, [963.0, 964.0, 965.0], 20, seed=21)
+    shas = build.branch(len(levels))
+    config = tmp_path / "parallax.toml"
+    config.write_text("")
+    env = {"PARALLAX_DATABASE_URL": database_url, "PARALLAX_CONFIG": str(config)}
+    for value, level in zip(shas[:43], levels[:43]):
+        build.result(value, "rocm", [level])
+    first = CliRunner().invoke(main, ["detect"], env=env, catch_exceptions=False)
+    assert f"regression: {METRIC} -3." in first.output and "0 changes withdrawn" in first.output
+    for value, level in zip(shas[43:], levels[43:]):
+        build.result(value, "rocm", [level])
+    later = CliRunner().invoke(main, ["detect"], env=env, catch_exceptions=False)
+    assert "1 changes withdrawn" in later.output and "alerts: 1 invalid performance regressions" in later.output
+    assert f"withdrawn: {METRIC} -3." in later.output and "with 23 commits measured from it on" in later.output
 
 
 def test_parallax_detect_refuses_an_unknown_repository(database_url, tmp_path):

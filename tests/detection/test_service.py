@@ -5,9 +5,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import replace
-from typing import Sequence
 
-import numpy as np
 import pytest
 from scipy import stats
 from sqlalchemy import func, select
@@ -17,7 +15,7 @@ from app.detection_service import rescan, scan_dirty
 from app.models import (Alert, AlertChange, AlertState, BranchCommit, Commit, CommitStatusUpdate, DetectionState,
                         Job, JobReason)
 from app.series import SeriesKey, load_series
-from tests.detection.builder import METRIC, SUITE, Builder, step
+from tests.detection.builder import METRIC, SUITE, Builder, excursion_levels, step
 from tests.service.helpers import SHA_A, claim, document, queue_jobs, raw, register
 
 
@@ -397,13 +395,6 @@ def test_a_change_refined_by_later_data_moves_its_range_instead_of_opening_anoth
 
 
 # ---------------------------------------------------------------- withdrawal and drift
-
-def excursion_levels(n_before: int, dip: Sequence[float], n_after: int, seed: int) -> list[float]:
-    """A series (sd 12 around 1000, never below 976) with `dip` values after `n_before`."""
-    rng = np.random.default_rng(seed)
-    quiet = list(1000.0 + np.clip(12.0 * rng.standard_normal(n_before + n_after), -24.0, 24.0))
-    return quiet[:n_before] + list(dip) + quiet[n_before:]
-
 
 def test_a_regression_that_more_data_no_longer_supports_is_withdrawn(build, db, settings):
     from app.github_status import use_settings
