@@ -400,8 +400,9 @@ def _withdraw_vanished(session: Session, series: Series, changes: list[ChangePoi
     """A recorded change that more data no longer supports is withdrawn: the scan did not find
     it again although it lies well inside the scanned commits, and the commits after its first
     `min_segment` ones are back within half the alerting effect of the level before (the
-    hysteresis keeps a change near the threshold from flapping). Its alert becomes `invalid` (by "detector") when nobody has
-    triaged it and none of its regressions still stands; a failing commit status is cleared."""
+    hysteresis keeps a change near the threshold from flapping). Its alert becomes `invalid`
+    (by "detector") when nobody has triaged it and none of its regressions still stands; a
+    failing commit status is cleared."""
     if len(series.points) < config.min_points:
         return
     at = {point.position: i for i, point in enumerate(series.points)}
@@ -518,18 +519,20 @@ def _accuracy_alerts(session: Session, series: Series, report: ScanReport, *, fu
     start = 1 if full else max(1, len(points) - DEFAULT_CONFIG.window)
     existing = _series_changes(session, series.key)
     found = []
+    def changed_at(point: Any) -> bool:
+        return any(c.details.get("bad_position") == point.position for c in existing)
+
+    latest_change = max((j for j in range(start) if changed_at(points[j])), default=0)
     for i in range(start, len(points)):
         after = points[i]
-        adjacent = _accuracy_change(session, series, points[i - 1], after, existing, report, drift=False)
-        if adjacent is not None:
-            found.append(adjacent)
-            continue
-        changed = [c.details.get("bad_position") for c in existing]
-        anchor = max([i - DRIFT_SPAN, 0] + [j for j in range(i) if points[j].position in changed])
-        if anchor < i - 1:
-            drift = _accuracy_change(session, series, points[anchor], after, existing, report, drift=True)
-            if drift is not None:
-                found.append(drift)
+        result = _accuracy_change(session, series, points[i - 1], after, existing, report, drift=False)
+        anchor = max(i - DRIFT_SPAN, latest_change)
+        if result is None and anchor < i - 1:
+            result = _accuracy_change(session, series, points[anchor], after, existing, report, drift=True)
+        if result is not None:
+            found.append(result)
+        if changed_at(after):
+            latest_change = i
     return found
 
 
