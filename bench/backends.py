@@ -1,42 +1,15 @@
-"""Scratch databases for the benchmarks: a fresh PostgreSQL database (dropped afterwards) and a
-fresh SQLite file, so every bench measures both backends the same way."""
+"""What the benchmarks share: scratch databases on both backends (from `app.core.scratch`), an
+aligned table printer and the JSON results writer."""
 from __future__ import annotations
 
 import json
-import uuid
-from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
-import sqlalchemy as sa
+from app.core.scratch import scratch_postgres, scratch_sqlite  # noqa: F401 (re-exported for the benches)
 
 ROOT = Path(__file__).resolve().parents[1]
 DEFAULT_POSTGRES = "postgresql+psycopg://postgres@127.0.0.1:5432/test"
-
-
-@contextmanager
-def scratch_postgres(server_url: str = DEFAULT_POSTGRES) -> Iterator[str]:
-    admin = sa.create_engine(server_url, isolation_level="AUTOCOMMIT")
-    name = f"parallax_bench_{uuid.uuid4().hex[:8]}"
-    with admin.connect() as conn:
-        conn.execute(sa.text(f'CREATE DATABASE "{name}"'))
-    try:
-        yield sa.engine.make_url(server_url).set(database=name).render_as_string(hide_password=False)
-    finally:
-        with admin.connect() as conn:
-            conn.execute(sa.text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
-        admin.dispose()
-
-
-@contextmanager
-def scratch_sqlite(directory: Path) -> Iterator[str]:
-    directory.mkdir(parents=True, exist_ok=True)
-    path = (directory / f"bench-{uuid.uuid4().hex[:8]}.db").resolve()
-    try:
-        yield f"sqlite:///{path}"
-    finally:
-        for suffix in ("", "-wal", "-shm"):
-            Path(f"{path}{suffix}").unlink(missing_ok=True)
 
 
 def print_table(rows: list[dict[str, Any]], columns: list[tuple[str, str]]) -> None:

@@ -24,14 +24,14 @@ from tqdm import tqdm
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from app.auth import create_registration_token  # noqa: E402
-from app.catalogue import sync_catalogue  # noqa: E402
-from app.config import parse_catalogue, Settings  # noqa: E402
-from app.db import Database  # noqa: E402
-from app.migrate import upgrade  # noqa: E402
-from app.models import Job, Repository, Suite  # noqa: E402
-from app.queue import get_or_create_commit  # noqa: E402
-from app.service_process import ServiceProcess  # noqa: E402
+from app.auth.tokens import create_registration_token  # noqa: E402
+from app.core.config import Settings, parse_catalogue  # noqa: E402
+from app.core.db import Database  # noqa: E402
+from app.core.migrate import upgrade  # noqa: E402
+from app.core.models import Job, Repository, Suite  # noqa: E402
+from app.demo.service_process import ServiceProcess  # noqa: E402
+from app.jobs.catalogue import sync_catalogue  # noqa: E402
+from app.jobs.queue import get_or_create_commit  # noqa: E402
 from bench.backends import DEFAULT_POSTGRES, print_table, scratch_postgres, scratch_sqlite, write_results  # noqa: E402
 
 CATALOGUE = """

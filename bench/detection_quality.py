@@ -34,8 +34,7 @@ from scipy import stats
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from app.detection import (DEFAULT_CONFIG, DetectorConfig, _CumsumL2, detect, detect_recent,  # noqa: E402
-                           find_change_points)
+from app.detection.detector import DEFAULT_CONFIG, DetectorConfig, _CumsumL2, detect, detect_recent, find_change_points  # noqa: E402
 
 PEER_VENV = ROOT / "var" / "bench-peers" / "otava"
 MARGIN = 5
@@ -355,12 +354,11 @@ def service_latency(seed: int, repeats: int, workdir: Path) -> dict:
 
     from sqlalchemy import insert
 
-    from app.db import Database
-    from app.detection_service import on_run_stored, scan_series
-    from app.migrate import upgrade
-    from app.models import (Branch, BranchCommit, Commit, Job, JobState, Measurement, Repository, Run,
-                            Suite)
-    from app.series import SeriesKey
+    from app.core.db import Database
+    from app.core.migrate import upgrade
+    from app.core.models import Branch, BranchCommit, Commit, Job, JobState, Measurement, Repository, Run, Suite
+    from app.detection.series import SeriesKey
+    from app.detection.service import on_run_stored, scan_series
 
     if workdir.exists():
         shutil.rmtree(workdir)

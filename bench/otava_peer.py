@@ -14,8 +14,7 @@ import time
 
 
 def generate(seed: int, cvs: list[float]) -> list[dict]:
-    from otava_test_data import (banding, multiple_changes, noise_normal, outlier, regression_fix,
-                                 step_function)
+    from otava_test_data import banding, multiple_changes, noise_normal, outlier, regression_fix, step_function
     out = []
     k = 0
     for cv in cvs:

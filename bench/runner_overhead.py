@@ -25,10 +25,11 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from app import create_app  # noqa: E402
-from app.auth import create_registration_token  # noqa: E402
-from app.config import RepositorySpec, Settings, SuiteSpec  # noqa: E402
-from app.migrate import upgrade  # noqa: E402
+from app.auth.tokens import create_registration_token  # noqa: E402
+from app.core.config import RepositorySpec, Settings, SuiteSpec  # noqa: E402
+from app.core.migrate import upgrade  # noqa: E402
+from app.git.workdir import git  # noqa: E402
+from app.web import create_app  # noqa: E402
 from runners import checkout  # noqa: E402
 from runners.agent import Agent, Config  # noqa: E402
 from runners.facts import detect  # noqa: E402
@@ -38,10 +39,6 @@ JOB = ("import json, os; json.dump({'schema': 'parallax.results/1', 'suite': 'be
        "open(os.environ['PARALLAX_RESULTS'], 'w'))")
 
 
-def git(cwd: Path, *args: str) -> str:
-    env = dict(os.environ, GIT_AUTHOR_NAME="b", GIT_AUTHOR_EMAIL="b@x", GIT_COMMITTER_NAME="b",
-               GIT_COMMITTER_EMAIL="b@x")
-    return subprocess.run(["git", *args], cwd=cwd, env=env, check=True, capture_output=True, text=True).stdout.strip()
 
 
 def make_repo(path: Path, files: int, commits: int) -> list[str]:

@@ -22,9 +22,7 @@ import argparse
 import hashlib
 import hmac
 import json
-import os
 import shutil
-import subprocess
 import sys
 import threading
 import time
@@ -40,18 +38,15 @@ import sqlalchemy as sa
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from app.migrate import upgrade  # noqa: E402
-from app.service_process import ServiceProcess  # noqa: E402
+from app.core.migrate import upgrade  # noqa: E402
+from app.demo.service_process import ServiceProcess  # noqa: E402
+from app.git.workdir import git  # noqa: E402
 from bench.backends import DEFAULT_POSTGRES, print_table, scratch_postgres, scratch_sqlite, write_results  # noqa: E402
 
 SECRET = "bench-webhook-secret"
 REPO = "bench/engine"
 
 
-def git(cwd: Path, *args: str) -> str:
-    env = dict(os.environ, GIT_AUTHOR_NAME="Bench", GIT_AUTHOR_EMAIL="b@example.com",
-               GIT_COMMITTER_NAME="Bench", GIT_COMMITTER_EMAIL="b@example.com")
-    return subprocess.run(["git", *args], cwd=cwd, env=env, check=True, capture_output=True, text=True).stdout.strip()
 
 
 def make_upstream(path: Path, commits: int) -> list[str]:

@@ -4,7 +4,7 @@ from __future__ import annotations
 from alembic import context
 from sqlalchemy import engine_from_config, pool
 
-from app.models import Base, UTCDateTime
+from app.core.models import Base, UTCDateTime
 
 config = context.config
 target_metadata = Base.metadata

@@ -10,6 +10,8 @@ from pathlib import Path
 
 import click
 
+from runners.agent import Agent, Config, RunnerError
+
 
 def _parse_labels(values: tuple[str, ...]) -> dict[str, str]:
     labels: dict[str, str] = {}
@@ -48,7 +50,6 @@ def runner(server: str, registration_token: str | None, name: str | None, labels
            work_dir: str, once: bool, sim_profile: str | None, grace_s: float, claim_wait_s: float,
            heartbeat_s: float | None, upload_budget_s: float, kill_grace_s: float, verbose: bool) -> None:
     """Run jobs for the service at --server on this machine (CUDA, ROCm, CPU or simulated)."""
-    from runners.agent import Agent, Config, RunnerError
     logging.basicConfig(level=logging.DEBUG if verbose else logging.INFO, stream=sys.stderr,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     logging.getLogger("urllib3").setLevel(logging.WARNING)
@@ -72,5 +73,3 @@ def runner(server: str, registration_token: str | None, name: str | None, labels
         raise click.ClickException(str(exc)) from exc
     sys.exit(code)
 
-
-COMMANDS = [runner]

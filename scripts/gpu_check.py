@@ -60,6 +60,7 @@ def equivalence() -> None:
 
 def sanitize() -> None:
     import os
+
     from scheduler_core.device import CudaDevice
     from scheduler_core.engine import Engine
     from scheduler_core.model.loader import load_model

@@ -3,13 +3,14 @@ the app, a real HTTP server on loopback, and temporary git repositories."""
 from __future__ import annotations
 
 import os
-import subprocess
 import threading
 import uuid
 from pathlib import Path
 from typing import Iterator
 
 import pytest
+
+from app.git.workdir import git
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 SHARED = REPO_ROOT.parent / "shared"
@@ -66,14 +67,14 @@ def postgres_server_url() -> Iterator[str]:
 
 @pytest.fixture(scope="session")
 def migrated_postgres(postgres_server_url: str) -> str:
-    from app.migrate import upgrade
+    from app.core.migrate import upgrade
     upgrade(postgres_server_url)
     return postgres_server_url
 
 
 @pytest.fixture(scope="session")
 def migrated_sqlite_template(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    from app.migrate import upgrade
+    from app.core.migrate import upgrade
     path = tmp_path_factory.mktemp("sqlite-template") / "template.db"
     upgrade(f"sqlite:///{path}")
     return path
@@ -82,7 +83,7 @@ def migrated_sqlite_template(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def _truncate_all(url: str) -> None:
     import sqlalchemy as sa
 
-    from app.models import Base
+    from app.core.models import Base
     engine = sa.create_engine(url)
     with engine.begin() as conn:
         names = ", ".join(f'"{t.name}"' for t in Base.metadata.sorted_tables)
@@ -119,7 +120,7 @@ def postgres_url(migrated_postgres: str) -> str:
 
 
 def make_settings(database_url: str, **overrides):  # type: ignore[no-untyped-def]
-    from app.config import Settings, parse_catalogue
+    from app.core.config import Settings, parse_catalogue
     catalogue = parse_catalogue({
         "repositories": [{"name": "demo/engine", "url": "https://github.com/demo/engine.git"}],
         "suites": SUITES,
@@ -136,7 +137,7 @@ def settings(database_url: str):  # type: ignore[no-untyped-def]
 
 @pytest.fixture
 def app(settings):  # type: ignore[no-untyped-def]
-    from app import create_app
+    from app.web import create_app
     flask_app = create_app(settings)
     yield flask_app
     flask_app.extensions["parallax.db"].engine.dispose()
@@ -174,10 +175,6 @@ def live_server(app) -> Iterator[LiveServer]:  # type: ignore[no-untyped-def]
         yield server
 
 
-def git(cwd: Path, *args: str) -> str:
-    env = dict(os.environ, GIT_AUTHOR_NAME="Test", GIT_AUTHOR_EMAIL="t@example.com",
-               GIT_COMMITTER_NAME="Test", GIT_COMMITTER_EMAIL="t@example.com")
-    return subprocess.run(["git", *args], cwd=cwd, env=env, check=True, capture_output=True, text=True).stdout.strip()
 
 
 @pytest.fixture

@@ -4,7 +4,7 @@ import json
 import pytest
 from sqlalchemy import select
 
-from app.models import Alert, AlertChange, AlertState, Commit, Repository
+from app.core.models import Alert, AlertChange, AlertState, Commit, Repository
 from tests.service.helpers import claim, document, queue_jobs, register
 
 SHAS = [f"{i:x}" * 40 for i in range(1, 4)]

@@ -8,9 +8,8 @@ from typing import Any, Sequence
 import numpy as np
 from sqlalchemy import select
 
-from app import detection_service
-from app.models import (Branch, BranchCommit, Commit, ItemResult, Job, JobState, Measurement, Repository, Run,
-                        Suite)
+from app.core.models import Branch, BranchCommit, Commit, ItemResult, Job, JobState, Measurement, Repository, Run, Suite
+from app.detection import service as detection_service
 
 SUITE = "decode-throughput"
 METRIC = "output_throughput"

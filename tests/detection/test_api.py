@@ -4,7 +4,7 @@ from __future__ import annotations
 import pytest
 from click.testing import CliRunner
 
-from app.detection_service import scan_dirty
+from app.detection.service import scan_dirty
 from tests.detection.builder import METRIC, SUITE, Builder, excursion_levels, step
 from tests.service.helpers import admin_headers
 
@@ -159,8 +159,8 @@ def test_end_to_end_runner_results_to_an_alert_through_the_background_duty(clien
 
     import numpy as np
 
-    from app.background import run_due
-    from app.detection_service import DUTIES
+    from app.core.duties import run_due
+    from app.detection.service import DUTIES
     from tests.service.helpers import claim, document, queue_jobs, raw, register
     headers = register(client, app, "rocm")
     rng = np.random.default_rng(3)

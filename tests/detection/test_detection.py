@@ -9,8 +9,17 @@ import pytest
 from scipy import stats
 
 from app.detection import (
-    DEFAULT_CONFIG, PlatformSeries, classify_change, compare_accuracy, detect, detect_recent, effect_threshold, evidence_at,
-    find_change_points, mcnemar_exact, two_proportion_z,
+    DEFAULT_CONFIG,
+    PlatformSeries,
+    classify_change,
+    compare_accuracy,
+    detect,
+    detect_recent,
+    effect_threshold,
+    evidence_at,
+    find_change_points,
+    mcnemar_exact,
+    two_proportion_z,
 )
 from tests.detection.histories import EXPECTED, SCENARIOS, make_history
 

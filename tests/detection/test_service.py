@@ -10,11 +10,20 @@ import pytest
 from scipy import stats
 from sqlalchemy import func, select
 
-from app import detection_service
-from app.detection_service import rescan, scan_dirty
-from app.models import (Alert, AlertChange, AlertState, BranchCommit, Commit, CommitStatusUpdate, DetectionState,
-                        Job, JobReason)
-from app.series import SeriesKey, load_series
+from app.core.models import (
+    Alert,
+    AlertChange,
+    AlertState,
+    BranchCommit,
+    Commit,
+    CommitStatusUpdate,
+    DetectionState,
+    Job,
+    JobReason,
+)
+from app.detection import service as detection_service
+from app.detection.series import SeriesKey, load_series
+from app.detection.service import rescan, scan_dirty
 from tests.detection.builder import METRIC, SUITE, Builder, excursion_levels, step
 from tests.service.helpers import SHA_A, claim, document, queue_jobs, raw, register
 
@@ -186,7 +195,7 @@ def test_an_inconclusive_change_queues_the_other_platform_at_both_ends(build, db
 
 
 def test_an_improvement_is_recorded_but_not_alarmed(build, db, settings):
-    from app.github_status import use_settings
+    from app.core.config import use_settings
     shas = build.branch(40)
     build.history(shas, "rocm", step(40, 30, 1000.0, +0.2), seed=5)
     with use_settings(replace(settings, github_token="t")):
@@ -199,7 +208,7 @@ def test_an_improvement_is_recorded_but_not_alarmed(build, db, settings):
 
 
 def test_a_new_regression_turns_the_bad_commit_status_to_failure(build, db, settings):
-    from app.github_status import use_settings
+    from app.core.config import use_settings
     shas = two_platform_history(build, rocm_change=-0.18, cuda_change=0.0)
     with use_settings(replace(settings, github_token="t")):
         scan_dirty(db)
@@ -290,14 +299,14 @@ def test_a_hazard_count_above_zero_is_a_correctness_alert_until_it_returns_to_ze
 
 
 def test_the_detection_duty_is_registered_for_the_background_loop():
-    from app.background import all_duties
-    assert any(d.name == "detection" and d.run is scan_dirty for d in all_duties())
+    from app.wiring import duties
+    assert any(d.name == "detection" and d.run is scan_dirty for d in duties())
     assert detection_service.DUTIES[0].name == "detection"
     assert math.isfinite(detection_service.DUTIES[0].interval_s)
 
 
 def test_a_metric_with_its_own_minimum_magnitude_ignores_smaller_changes(build, db):
-    from app.detection_service import MIN_RELATIVE
+    from app.detection.service import MIN_RELATIVE
     shas = build.branch(40)
     build.history(shas, "rocm", step(40, 30, 50.0, +0.04), cv=0.002, seed=9, metric="itl_p99",
                   direction="lower_is_better")
@@ -397,7 +406,7 @@ def test_a_change_refined_by_later_data_moves_its_range_instead_of_opening_anoth
 # ---------------------------------------------------------------- withdrawal and drift
 
 def test_a_regression_that_more_data_no_longer_supports_is_withdrawn(build, db, settings):
-    from app.github_status import use_settings
+    from app.core.config import use_settings
     levels = excursion_levels(40, [963.0, 964.0, 965.0], 20, seed=21)
     shas = build.branch(len(levels))
     with use_settings(replace(settings, github_token="t")):

@@ -76,7 +76,7 @@ def settings(database_url: str, tmp_path: Path):  # type: ignore[no-untyped-def]
 @pytest.fixture
 def tracked(app, db, upstream: Upstream):  # type: ignore[no-untyped-def]
     """The payloads' repository, tracked, with the temp repository as its URL."""
-    from app.models import Repository
+    from app.core.models import Repository
     with db.session() as session:
         repo = Repository(name=REPO_NAME, url=str(upstream.path), default_branch="master")
         session.add(repo)
@@ -113,6 +113,6 @@ def pr_payload(action: str, head: str, base: str, number: int = 2, base_ref: str
 def count_rows(db) -> dict[str, int]:  # type: ignore[no-untyped-def]
     from sqlalchemy import func, select
 
-    from app.models import Base
+    from app.core.models import Base
     with db.session() as session:
         return {t.name: session.scalar(select(func.count()).select_from(t)) for t in Base.metadata.sorted_tables}

@@ -7,8 +7,8 @@ from click.testing import CliRunner
 from sqlalchemy import func, select
 
 from app.cli import main
-from app.git_mirror import Mirror
-from app.models import Branch, BranchCommit, Commit, Job, JobReason
+from app.core.models import Branch, BranchCommit, Commit, Job, JobReason
+from app.git.mirror import Mirror
 from tests.github.conftest import post_webhook, push_payload
 
 
@@ -41,7 +41,7 @@ def test_backfill_stores_history_and_queues_it_newest_first(cli_env, db, tracked
 
 
 def test_backfill_then_push_continues_the_same_positions(client, app, db, cli_env, tracked, upstream):
-    from app.webhooks import process_pending
+    from app.github.ingest import process_pending
     shas = upstream.commits(3)
     assert backfill(cli_env, "Codertocat/Hello-World", "--since", shas[0]).exit_code == 0
     more = upstream.commits(2)
@@ -104,8 +104,9 @@ def test_mirror_reads_first_parent_order_depth_and_merge_base(tmp_path, upstream
 
 
 def test_webhook_duty_runs_in_the_background_loop(client, app, db, tracked, upstream):
-    from app import background, webhooks
-    from app.github_status import use_settings
+    from app.core import duties as background
+    from app.github import ingest as webhooks
+    from app.core.config import use_settings
     base = upstream.commit()
     head = upstream.commit()
     post_webhook(client, "push", push_payload(base, head, [head]))

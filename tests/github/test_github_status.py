@@ -8,8 +8,9 @@ from datetime import datetime, timedelta, timezone
 import pytest
 from sqlalchemy import select
 
-from app.github_status import send_due, set_status, use_settings
-from app.models import CommitStatusUpdate, Repository
+from app.core.models import CommitStatusUpdate, Repository
+from app.core.config import use_settings
+from app.github.status import send_due, set_status
 from tests.conftest import make_settings
 from tests.github.fake_github import FakeGitHub, Reply
 from tests.service.helpers import SHA_A, claim, document, queue_jobs, raw, register
@@ -171,7 +172,7 @@ def test_ingestion_does_not_wait_for_github(client, app, db, github):
 
 
 def test_without_a_token_nothing_is_recorded(database_url, tmp_path):
-    from app import create_app
+    from app.web import create_app
     flask_app = create_app(make_settings(database_url, data_dir=str(tmp_path)))
     db = flask_app.extensions["parallax.db"]
     try:
@@ -200,16 +201,16 @@ def test_failure_is_not_overwritten_by_a_later_job_error(app, db, github):
 
 
 def test_headline_uses_the_first_metric_median_with_its_unit():
-    from app.github_status import headline
-    from app.models import Measurement
+    from app.core.models import Measurement
+    from app.github.status import headline
     accuracy = Measurement(id=1, metric="accuracy", unit="", samples=[0.41, 0.43, 0.42])
     assert headline([accuracy]) == "accuracy 0.42 (median)"
 
 
 @pytest.mark.parametrize("reason", ["backfill", "bisect", "confirm"])
 def test_jobs_parallax_queued_for_itself_post_no_status(app, db, reason):
-    from app import queue
-    from app.models import JobReason, Suite
+    from app.core.models import JobReason, Suite
+    from app.jobs import queue
     with db.session() as session:
         repository = session.get(Repository, repo_id(db))
         suite = session.scalar(select(Suite).where(Suite.name == "decode-throughput"))

@@ -6,8 +6,8 @@ import threading
 
 from sqlalchemy import func, select
 
-from app.models import (Branch, BranchCommit, Commit, Job, JobReason, PullRequest, Suite, WebhookDelivery)
-from app.webhooks import process_pending
+from app.core.models import Branch, BranchCommit, Commit, Job, JobReason, PullRequest, Suite, WebhookDelivery
+from app.github.ingest import process_pending
 from tests.github.conftest import post_webhook, pr_payload, push_payload
 
 MATRIX = 5  # decode-throughput on cuda/rocm/cpu + gsm8k on cuda/rocm (tests/conftest.py SUITES)
@@ -103,7 +103,7 @@ def test_push_of_fifty_then_force_push_dropping_three(client, app, db, tracked, 
 
 
 def test_dag_has_each_commit_with_its_parents(client, app, db, tracked, upstream):
-    from app.models import CommitParent
+    from app.core.models import CommitParent
     root = upstream.commit()
     push(client, app, db, "0" * 40, root, [root])
     shas = upstream.commits(5)
@@ -118,7 +118,7 @@ def test_dag_has_each_commit_with_its_parents(client, app, db, tracked, upstream
 
 
 def test_merge_commit_keeps_both_parents_and_first_parent_history(client, app, db, tracked, upstream):
-    from app.models import CommitParent
+    from app.core.models import CommitParent
     root = upstream.commit()
     push(client, app, db, "0" * 40, root, [root])
     upstream("checkout", "-q", "-b", "topic")
@@ -215,7 +215,7 @@ def test_pull_request_synchronize_moves_the_head(client, app, db, tracked, upstr
 def test_commit_missing_from_the_repository_is_retried_then_reported(client, app, db, tracked, upstream):
     from datetime import datetime, timezone
 
-    from app import webhooks
+    from app.github import ingest as webhooks
     base = upstream.commit()
     ghost = "f" * 40
     post_webhook(client, "push", push_payload(base, ghost, [ghost]))
@@ -261,7 +261,7 @@ def test_concurrent_workers_process_each_delivery_once(client, app, db, tracked,
 
 
 def test_delivery_for_a_repository_untracked_meanwhile_is_ignored(client, app, db, tracked, upstream):
-    from app.models import Repository
+    from app.core.models import Repository
     base = upstream.commit()
     head = upstream.commit()
     post_webhook(client, "push", push_payload(base, head, [head]))

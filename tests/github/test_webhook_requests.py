@@ -7,7 +7,7 @@ import json
 import pytest
 from sqlalchemy import select
 
-from app.models import WebhookDelivery
+from app.core.models import WebhookDelivery
 from tests.conftest import make_settings
 from tests.github.conftest import SECRET, count_rows, load_payload, post_webhook, sign, webhook_headers
 
@@ -87,7 +87,7 @@ def test_push_with_a_malformed_sha_is_400_naming_the_field(client, db, tracked):
 
 
 def test_body_over_the_limit_is_413_and_writes_nothing(database_url, tmp_path):
-    from app import create_app
+    from app.web import create_app
     settings = make_settings(database_url, github_webhook_secret=SECRET, max_webhook_bytes=1000,
                              data_dir=str(tmp_path))
     flask_app = create_app(settings)
@@ -104,7 +104,7 @@ def test_body_over_the_limit_is_413_and_writes_nothing(database_url, tmp_path):
 
 
 def test_without_a_configured_secret_every_delivery_is_refused(database_url, tmp_path, ping_body):
-    from app import create_app
+    from app.web import create_app
     flask_app = create_app(make_settings(database_url, data_dir=str(tmp_path)))
     try:
         response = _post(flask_app.test_client(), ping_body, webhook_headers("ping", ping_body))
@@ -206,7 +206,7 @@ def test_signature_is_checked_on_raw_bytes(client):
 def test_over_http_a_chunked_body_over_the_limit_is_413(database_url, tmp_path):
     import requests
 
-    from app import create_app
+    from app.web import create_app
     from tests.conftest import LiveServer
     flask_app = create_app(make_settings(database_url, github_webhook_secret=SECRET, max_webhook_bytes=1000,
                                          data_dir=str(tmp_path)))

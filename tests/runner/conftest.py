@@ -100,7 +100,7 @@ class Harness:
         self.runners: list[tuple[subprocess.Popen[bytes], Path]] = []
 
     def registration_token(self) -> str:
-        from app.auth import create_registration_token
+        from app.auth.tokens import create_registration_token
         with self.db.session() as session:
             return create_registration_token(session, "runner test")
 
@@ -154,7 +154,7 @@ class Harness:
     def runs(self, job_id: int) -> list[dict[str, Any]]:
         from sqlalchemy import select
 
-        from app.models import Run
+        from app.core.models import Run
         with self.db.session() as session:
             return [{"attempt": run.attempt, "runner_id": run.runner_id, "context": run.context,
                      "environment": run.environment, "simulated": run.simulated, "platform": run.platform,
@@ -164,7 +164,7 @@ class Harness:
     def runner_ids(self) -> dict[str, int]:
         from sqlalchemy import select
 
-        from app.models import Runner
+        from app.core.models import Runner
         with self.db.session() as session:
             return {r.name: r.id for r in session.scalars(select(Runner).order_by(Runner.id))}
 
@@ -188,8 +188,8 @@ def make_harness(tmp_path: Path, git_repo: Path) -> Iterator[Callable[..., Harne
     made: list[Harness] = []
 
     def build(database_url: str, *, lease_s: int = 3, timeout_s: int = 30) -> Harness:
-        from app import create_app
-        from app.config import RepositorySpec, SuiteSpec
+        from app.core.config import RepositorySpec, SuiteSpec
+        from app.web import create_app
         suite = SuiteSpec(name="fake", command=(sys.executable, str(FAKE_SUITE)), platforms=("cpu", "rocm-sim"),
                           timeout_s=timeout_s, repeats=3, max_attempts=3)
         settings = make_settings(database_url, lease_s=lease_s, claim_max_wait_s=2.0,

@@ -58,8 +58,8 @@ def enqueue_raw(h: Harness, sha: str) -> int:
     """Queue a job for a commit the API would refuse (as a corrupted database row might hold)."""
     from sqlalchemy import select
 
-    from app import queue
-    from app.models import Repository, Suite
+    from app.core.models import Repository, Suite
+    from app.jobs import queue
     with h.db.session() as session:
         repo = session.scalar(select(Repository).where(Repository.name == "demo/engine"))
         suite = session.scalar(select(Suite).where(Suite.name == "fake"))

@@ -134,8 +134,8 @@ def test_sigterm_lets_a_job_finish_within_the_grace_period(harness: Harness):
 
 
 def test_cancel_from_the_service_stops_the_command_promptly(harness: Harness):
-    from app import queue
-    from app.models import Job
+    from app.core.models import Job
+    from app.jobs import queue
     job_id = harness.enqueue(harness.shas[0])
     proc = harness.start_runner("r1", "--once", mode="block")
     started = harness.marker("started")

@@ -15,7 +15,7 @@ def admin_headers() -> dict[str, str]:
 
 
 def registration_token(app) -> str:  # type: ignore[no-untyped-def]
-    from app.auth import create_registration_token
+    from app.auth.tokens import create_registration_token
     with app.extensions["parallax.db"].session() as session:
         return create_registration_token(session, "test")
 

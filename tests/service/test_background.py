@@ -3,8 +3,8 @@ from datetime import timedelta
 
 from sqlalchemy import update
 
-from app.background import Duty, acquire, run_due
-from app.models import WorkerLease
+from app.core.duties import Duty, acquire, run_due
+from app.core.models import WorkerLease
 
 
 def test_first_owner_takes_the_duty(db):
@@ -20,7 +20,7 @@ def test_the_owner_keeps_its_duty(db):
 
 
 def test_an_expired_lease_passes_to_another_owner(db):
-    from app.queue import now
+    from app.core.clock import utcnow as now
     with db.session() as session:
         acquire(session, "reaper", lease_s=30, owner="a")
         session.execute(update(WorkerLease).values(lease_expires_at=now() - timedelta(seconds=1)))

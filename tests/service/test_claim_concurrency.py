@@ -5,9 +5,9 @@ from collections import Counter
 import pytest
 from sqlalchemy import func, select
 
-from app.db import Database
-from app.models import Job, JobAttempt, JobState, Repository, Runner, Suite
-from app.queue import get_or_create_commit, try_claim
+from app.core.db import Database
+from app.core.models import Job, JobAttempt, JobState, Repository, Runner, Suite
+from app.jobs.queue import get_or_create_commit, try_claim
 
 
 def seed(db: Database, jobs: int, runners: int) -> list[int]:
@@ -50,8 +50,8 @@ def claim_all(db: Database, runner_ids: list[int]) -> tuple[Counter, list[BaseEx
 
 
 def claim_race(url: str, jobs: int, runners: int) -> tuple[Database, Counter]:
+    from app.web import create_app
     from tests.conftest import make_settings
-    from app import create_app
     db = create_app(make_settings(url)).extensions["parallax.db"]
     claimed, errors = claim_all(db, seed(db, jobs, runners))
     assert errors == []

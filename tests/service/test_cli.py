@@ -39,7 +39,7 @@ def test_every_command_has_help(command):
 
 
 def test_db_upgrade_reports_the_revision(env):
-    from app.migrate import head_revision
+    from app.core.migrate import head_revision
     result = invoke(env, "db", "upgrade")
     assert result.exit_code == 0 and f"database at revision {head_revision()}" in result.output
 

@@ -1,7 +1,7 @@
 """Configuration: environment variables and parallax.toml, with bad values named."""
 import pytest
 
-from app.config import ConfigError, load_settings, parse_catalogue
+from app.core.config import ConfigError, load_settings, parse_catalogue
 from tests.conftest import REPO_ROOT
 
 

@@ -3,10 +3,10 @@ import pytest
 from alembic.autogenerate import compare_metadata
 from alembic.runtime.migration import MigrationContext
 
-from app import create_app
-from app.db import make_engine
-from app.migrate import SchemaBehind, current_revision, head_revision, upgrade
-from app.models import Base
+from app.core.db import make_engine
+from app.core.migrate import SchemaBehind, current_revision, head_revision, upgrade
+from app.core.models import Base
+from app.web import create_app
 from tests.conftest import make_settings
 
 

@@ -4,7 +4,7 @@ import json
 import pytest
 from sqlalchemy import func, select
 
-from app.models import Job, JobState, Run
+from app.core.models import Job, JobState, Run
 from runners.results import ResultsError, loads, validate
 from tests.service.helpers import SHA_A, claim, document, queue_jobs, register
 

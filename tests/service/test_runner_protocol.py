@@ -5,12 +5,12 @@ from datetime import timedelta
 import pytest
 from sqlalchemy import func, select, update
 
-from app.models import Job, JobState, Measurement, Run, Runner
+from app.core.models import Job, JobState, Measurement, Run, Runner
 from tests.service.helpers import SHA_A, SHA_B, claim, document, queue_jobs, raw, register
 
 
 def expire_lease(db, job_id):
-    from app.queue import now
+    from app.core.clock import utcnow as now
     with db.session() as session:
         session.execute(update(Job).where(Job.id == job_id).values(lease_expires_at=now() - timedelta(seconds=1)))
 
@@ -23,7 +23,7 @@ def count(db, model):
 # ------------------------------------------------------------------ registration
 
 def test_registration_returns_a_token_stored_only_as_hash(client, app, db):
-    from app.auth import create_registration_token
+    from app.auth.tokens import create_registration_token
     with db.session() as session:
         reg = create_registration_token(session)
     response = client.post("/api/v1/runners", json={"name": "mi300x-1", "labels": {"platform": "rocm", "gpu": "MI300X"}},
@@ -129,8 +129,8 @@ def test_claim_long_polls_until_a_job_arrives(client, app, db):
         time.sleep(0.5)
         with app.app_context():
             with db.session() as session:
-                from app import queue
-                from app.models import Repository
+                from app.core.models import Repository
+                from app.jobs import queue
                 repo = session.scalar(select(Repository))
                 queue.enqueue_matrix(session, repo, SHA_A, suite_name="decode-throughput", platform="cpu")
 
@@ -147,7 +147,7 @@ def test_negative_wait_is_422(client, app):
 
 
 def test_suite_labels_must_match_runner_labels(client, app, db):
-    from app.models import Suite
+    from app.core.models import Suite
     with db.session() as session:
         suite = session.scalar(select(Suite).where(Suite.name == "decode-throughput"))
         suite.labels = {"gpu": "MI300X"}
@@ -205,8 +205,8 @@ def test_logs_are_appended_in_order(client, held, db):
 
 
 def test_logs_are_capped_per_job(client, app, db):
+    from app.web import create_app
     from tests.conftest import make_settings
-    from app import create_app
     settings = make_settings(app.extensions["parallax.settings"].database_url, log_cap_bytes=100)
     small = create_app(settings).test_client()
     queue_jobs(small, SHA_A, suite="decode-throughput", platform="cpu")
@@ -323,7 +323,7 @@ def test_heartbeat_after_lease_loss_is_409(client, app, db):
     headers = register(client, app)
     job = claim(client, headers).get_json()["job"]
     expire_lease(db, job["id"])
-    from app.queue import reap_expired
+    from app.jobs.queue import reap_expired
     with db.session() as session:
         assert reap_expired(session) == 1
     assert client.post(f"/api/v1/jobs/{job['id']}/heartbeat", headers=headers).status_code == 409
@@ -341,7 +341,7 @@ def test_lease_expiry_on_the_last_attempt_fails_the_job(client, app, db):
     for _ in range(3):
         job = claim(client, headers).get_json()["job"]
         expire_lease(db, job["id"])
-    from app.queue import reap_expired
+    from app.jobs.queue import reap_expired
     with db.session() as session:
         reap_expired(session)
         stored = session.get(Job, job["id"])

@@ -3,8 +3,8 @@ import pytest
 from click.testing import CliRunner
 from sqlalchemy import select
 
-from app.auth import create_user
-from app.models import Alert, Commit, Repository, User
+from app.auth.tokens import create_user
+from app.core.models import Alert, Commit, Repository, User
 from tests.service.helpers import SHA_A
 
 

@@ -1,0 +1,1 @@
+"""Who may do what: registration, runner and user tokens (stored only as hashes) and roles."""

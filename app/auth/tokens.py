@@ -1,0 +1,86 @@
+"""Tokens: registration tokens (operators), runner tokens (per runner), the admin token.
+
+Tokens are random URL-safe strings shown once; only their SHA-256 is stored (they carry 256
+bits of entropy, so an unsalted fast hash is enough, and lookups stay an index hit).
+"""
+from __future__ import annotations
+
+import hashlib
+import hmac
+import secrets
+from datetime import timedelta
+
+from sqlalchemy import select, update
+from sqlalchemy.orm import Session
+
+from app.core.clock import as_utc, utcnow
+from app.core.errors import Forbidden, Unauthorized
+from app.core.models import RegistrationToken, Runner, User
+
+ROLES = ("maintainer", "admin")
+
+
+LAST_SEEN_RESOLUTION = timedelta(seconds=15)
+
+
+def new_token(prefix: str) -> str:
+    return f"{prefix}_{secrets.token_urlsafe(32)}"
+
+
+def hash_token(token: str) -> str:
+    return hashlib.sha256(token.encode()).hexdigest()
+
+
+def create_registration_token(session: Session, note: str | None = None) -> str:
+    token = new_token("pxr")
+    session.add(RegistrationToken(token_hash=hash_token(token), note=note))
+    return token
+
+
+def registration_token_for(session: Session, token: str) -> RegistrationToken:
+    row = session.scalar(select(RegistrationToken).where(RegistrationToken.token_hash == hash_token(token)))
+    if row is None or row.revoked:
+        raise Unauthorized("unknown or revoked registration token")
+    return row
+
+
+def runner_for(session: Session, token: str) -> Runner:
+    """The runner a token belongs to (refused when unknown or disabled); notes when it was seen."""
+    runner = session.scalar(select(Runner).where(Runner.token_hash == hash_token(token)))
+    if runner is None:
+        raise Unauthorized("unknown runner token")
+    if runner.disabled:
+        raise Forbidden(f"runner {runner.id} is disabled")
+    moment = utcnow()
+    last_seen = as_utc(runner.last_seen_at)
+    if last_seen is None or moment - last_seen > LAST_SEEN_RESOLUTION:
+        # Coarse on purpose: a write per request would serialise every call on SQLite.
+        session.execute(update(Runner).where(Runner.id == runner.id).values(last_seen_at=moment))
+        session.commit()
+    return runner
+
+
+def create_user(session: Session, name: str, role: str = "maintainer") -> str:
+    """Add a user; returns their API token (shown once, stored as a hash)."""
+    if role not in ROLES:
+        raise ValueError(f"role must be one of {', '.join(ROLES)}, got {role!r}")
+    if not name.strip() or len(name) > 128:
+        raise ValueError("name must be 1 to 128 characters")
+    if session.scalar(select(User).where(User.name == name)) is not None:
+        raise ValueError(f"user {name!r} already exists")
+    token = new_token("pxu")
+    session.add(User(name=name, role=role, token_hash=hash_token(token)))
+    return token
+
+
+def actor_for(session: Session, token: str, admin_token: str | None, *, need_admin: bool) -> str:
+    """The caller's name: "admin" for the configured admin token, else the user's name."""
+    if admin_token and hmac.compare_digest(token.encode(), admin_token.encode()):
+        return "admin"
+    user = session.scalar(select(User).where(User.token_hash == hash_token(token)))
+    if user is None or user.disabled:
+        raise Unauthorized("wrong admin token or unknown user token" if admin_token else
+                           "unknown user token (and no PARALLAX_ADMIN_TOKEN is configured)")
+    if need_admin and user.role != "admin":
+        raise Forbidden(f"user {user.name!r} is a {user.role}; this needs an admin")
+    return user.name

@@ -1,0 +1,1 @@
+"""Bisect: find the commit that changed a metric on a platform."""

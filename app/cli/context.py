@@ -1,0 +1,48 @@
+"""What every service command shares through click's context object: the settings (environment
++ parallax.toml) and the database, checked to be at the newest schema and with the catalogue
+applied."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import click
+
+from app import wiring
+from app.core.config import ConfigError, Settings, load_settings
+from app.core.db import Database
+from app.core.migrate import SchemaBehind, ensure_current
+from app.jobs.catalogue import sync_catalogue
+
+
+@dataclass
+class CliContext:
+    _settings: Settings | None = None
+    _databases: dict[bool, Database] = field(default_factory=dict)
+
+    @property
+    def settings(self) -> Settings:
+        if self._settings is None:
+            try:
+                self._settings = load_settings()
+            except ConfigError as exc:
+                raise click.ClickException(str(exc)) from exc
+        return self._settings
+
+    def database(self, *, check: bool = True) -> Database:
+        """The database; with `check`, refused when behind the migrations, and synced with the
+        catalogue. The areas are connected (`app.wiring`) as in the service."""
+        if check not in self._databases:
+            wiring.connect()
+            db = Database(self.settings.database_url)
+            if check:
+                try:
+                    ensure_current(db.engine)
+                except SchemaBehind as exc:
+                    raise click.ClickException(str(exc)) from exc
+                with db.session() as session:
+                    sync_catalogue(session, self.settings)
+            self._databases[check] = db
+        return self._databases[check]
+
+
+pass_context = click.make_pass_decorator(CliContext, ensure=True)

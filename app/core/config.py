@@ -1,0 +1,207 @@
+"""Service configuration: `PARALLAX_*` environment variables plus the `parallax.toml` catalogue.
+
+The environment holds secrets and deployment settings; `parallax.toml` declares what is tracked
+(repositories, platforms, suites). Both are read once into a frozen `Settings`.
+"""
+from __future__ import annotations
+
+import contextvars
+import logging
+import os
+import tomllib
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from functools import lru_cache
+from pathlib import Path
+from typing import Any, Callable, Iterator, Mapping
+
+log = logging.getLogger(__name__)
+DEFAULT_DATABASE_URL = "sqlite:///var/parallax.db"
+KNOWN_PLATFORMS = ("cuda", "rocm", "cpu", "cuda-sim", "rocm-sim")
+
+
+class ConfigError(ValueError):
+    """A configuration value or file is invalid; the message names the setting."""
+
+
+@dataclass(frozen=True)
+class RepositorySpec:
+    name: str
+    url: str
+    default_branch: str = "main"
+
+
+@dataclass(frozen=True)
+class SuiteSpec:
+    name: str
+    command: tuple[str, ...]
+    platforms: tuple[str, ...]
+    timeout_s: int = 1800
+    repeats: int = 5
+    # "every": measure every commit of a push; "head": only the head, the range kept for bisect.
+    commit_policy: str = "every"
+    labels: Mapping[str, str] = field(default_factory=dict)
+    max_attempts: int = 3
+
+
+@dataclass(frozen=True)
+class Settings:
+    database_url: str = DEFAULT_DATABASE_URL
+    secret_key: str = "dev-only-insecure"
+    admin_token: str | None = None
+    github_webhook_secret: str | None = None
+    github_token: str | None = None
+    github_api_url: str = "https://api.github.com"
+    public_url: str = "http://127.0.0.1:8000"
+    config_path: str | None = None
+    lease_s: int = 120
+    claim_max_wait_s: float = 30.0
+    log_cap_bytes: int = 1_000_000
+    max_document_bytes: int = 8_000_000
+    max_webhook_bytes: int = 25_000_000
+    data_dir: str = "var"  # git mirrors live under <data_dir>/mirrors
+    repositories: tuple[RepositorySpec, ...] = ()
+    suites: tuple[SuiteSpec, ...] = ()
+    platforms: tuple[str, ...] = KNOWN_PLATFORMS
+    testing: bool = False
+
+    def suite(self, name: str) -> SuiteSpec | None:
+        return next((s for s in self.suites if s.name == name), None)
+
+
+def _int_env(env: Mapping[str, str], name: str, default: int) -> int:
+    raw = env.get(name)
+    if raw is None or raw == "":
+        return default
+    try:
+        return int(raw)
+    except ValueError as exc:
+        raise ConfigError(f"{name} must be an integer, got {raw!r}") from exc
+
+
+def _require(table: Mapping[str, Any], key: str, where: str, kind: type) -> Any:
+    if key not in table:
+        raise ConfigError(f"{where}: missing required key {key!r}")
+    value = table[key]
+    if not isinstance(value, kind):
+        raise ConfigError(f"{where}.{key} must be {kind.__name__}, got {type(value).__name__}")
+    return value
+
+
+def parse_catalogue(data: Mapping[str, Any], source: str = "parallax.toml") -> dict[str, Any]:
+    """Validate the `[[repositories]]`, `[[suites]]` and `platforms` tables of parallax.toml."""
+    repositories = []
+    for i, table in enumerate(data.get("repositories", [])):
+        where = f"{source}: repositories[{i}]"
+        repositories.append(RepositorySpec(
+            name=_require(table, "name", where, str),
+            url=_require(table, "url", where, str),
+            default_branch=table.get("default_branch", "main"),
+        ))
+    platforms = tuple(data.get("platforms", KNOWN_PLATFORMS))
+    suites = []
+    for i, table in enumerate(data.get("suites", [])):
+        where = f"{source}: suites[{i}]"
+        command = _require(table, "command", where, list)
+        if not command or not all(isinstance(part, str) for part in command):
+            raise ConfigError(f"{where}.command must be a non-empty list of strings (an argv)")
+        suite_platforms = tuple(table.get("platforms", platforms))
+        policy = table.get("commit_policy", "every")
+        if policy not in ("every", "head"):
+            raise ConfigError(f"{where}.commit_policy must be 'every' or 'head', got {policy!r}")
+        timeout_s = table.get("timeout_s", 1800)
+        repeats = table.get("repeats", 5)
+        for key, value in (("timeout_s", timeout_s), ("repeats", repeats)):
+            if not isinstance(value, int) or value <= 0:
+                raise ConfigError(f"{where}.{key} must be a positive integer, got {value!r}")
+        suites.append(SuiteSpec(
+            name=_require(table, "name", where, str),
+            command=tuple(command),
+            platforms=suite_platforms,
+            timeout_s=timeout_s,
+            repeats=repeats,
+            commit_policy=policy,
+            labels=dict(table.get("labels", {})),
+            max_attempts=int(table.get("max_attempts", 3)),
+        ))
+    return {"repositories": tuple(repositories), "suites": tuple(suites), "platforms": platforms}
+
+
+def load_settings(env: Mapping[str, str] | None = None, **overrides: Any) -> Settings:
+    """Build settings from the environment (default: os.environ) and the catalogue file."""
+    env = os.environ if env is None else env
+    values: dict[str, Any] = {
+        "database_url": env.get("PARALLAX_DATABASE_URL") or DEFAULT_DATABASE_URL,
+        "secret_key": env.get("PARALLAX_SECRET_KEY") or "dev-only-insecure",
+        "admin_token": env.get("PARALLAX_ADMIN_TOKEN") or None,
+        "github_webhook_secret": env.get("PARALLAX_GITHUB_WEBHOOK_SECRET") or None,
+        "github_token": env.get("PARALLAX_GITHUB_TOKEN") or None,
+        "github_api_url": (env.get("PARALLAX_GITHUB_API_URL") or "https://api.github.com").rstrip("/"),
+        "public_url": (env.get("PARALLAX_PUBLIC_URL") or "http://127.0.0.1:8000").rstrip("/"),
+        "lease_s": _int_env(env, "PARALLAX_LEASE_S", 120),
+        "log_cap_bytes": _int_env(env, "PARALLAX_LOG_CAP_BYTES", 1_000_000),
+        "max_document_bytes": _int_env(env, "PARALLAX_MAX_DOCUMENT_BYTES", 8_000_000),
+        "max_webhook_bytes": _int_env(env, "PARALLAX_MAX_WEBHOOK_BYTES", 25_000_000),
+        "data_dir": env.get("PARALLAX_DATA_DIR") or "var",
+    }
+    config_path = overrides.pop("config_path", None) or env.get("PARALLAX_CONFIG")
+    if config_path is None and Path("parallax.toml").is_file():
+        config_path = "parallax.toml"
+    if config_path:
+        path = Path(config_path)
+        if not path.is_file():
+            raise ConfigError(f"PARALLAX_CONFIG points to {config_path!r}, which is not a file")
+        try:
+            data = tomllib.loads(path.read_text())
+        except tomllib.TOMLDecodeError as exc:
+            raise ConfigError(f"{config_path}: not valid TOML: {exc}") from exc
+        values.update(parse_catalogue(data, source=str(config_path)))
+        values["config_path"] = str(path)
+    values.update(overrides)
+    return Settings(**values)
+
+
+# ---------------------------------------------------------------- the settings in force
+
+_settings_var: contextvars.ContextVar[Settings | None] = contextvars.ContextVar("parallax_settings", default=None)
+_providers: list[Callable[[], Settings | None]] = []
+
+
+@contextmanager
+def use_settings(settings: Settings) -> Iterator[None]:
+    """Settings for code that runs outside a request (background duties, the CLI, tests)."""
+    token = _settings_var.set(settings)
+    try:
+        yield
+    finally:
+        _settings_var.reset(token)
+
+
+def add_settings_provider(provider: Callable[[], Settings | None]) -> None:
+    """Let an entry point say where its settings live (the web layer: the current Flask app),
+    without this module knowing of it."""
+    if provider not in _providers:
+        _providers.append(provider)
+
+
+@lru_cache(maxsize=1)
+def _env_settings() -> Settings:
+    try:
+        return load_settings()
+    except ConfigError:
+        # A hook must never break ingestion; without readable settings there is no token, so no
+        # commit statuses are recorded (the service itself reports the configuration error).
+        log.warning("settings unreadable; falling back to defaults in this process", exc_info=True)
+        return Settings()
+
+
+def current_settings() -> Settings:
+    """`use_settings` first, then a registered provider, then the environment."""
+    explicit = _settings_var.get()
+    if explicit is not None:
+        return explicit
+    for provider in _providers:
+        found = provider()
+        if found is not None:
+            return found
+    return _env_settings()

@@ -1,0 +1,429 @@
+"""The whole product's schema, as SQLAlchemy 2 typed mappings.
+
+Tables are designed for every area (queue, commit graph, measurements, detection, bisect,
+GitHub statuses) so that later work adds behaviour, not upheaval. Alembic migrations in
+`migrations/` are the only way the schema changes; a test checks that they agree with this file.
+"""
+from __future__ import annotations
+
+import enum
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import (
+    JSON,
+    Boolean,
+    DateTime,
+    Enum,
+    Float,
+    ForeignKey,
+    Index,
+    Integer,
+    MetaData,
+    String,
+    Text,
+    UniqueConstraint,
+)
+from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, relationship
+
+from app.core.clock import utcnow
+
+NAMING = {
+    "ix": "ix_%(column_0_label)s",
+    "uq": "uq_%(table_name)s_%(column_0_name)s",
+    "ck": "ck_%(table_name)s_%(constraint_name)s",
+    "fk": "fk_%(table_name)s_%(column_0_name)s_%(referred_table_name)s",
+    "pk": "pk_%(table_name)s",
+}
+
+
+class UTCDateTime(DateTime):
+    """Timezone-aware UTC timestamps on every backend (SQLite stores naive values)."""
+
+    def __init__(self) -> None:
+        super().__init__(timezone=True)
+
+
+class Base(DeclarativeBase):
+    metadata = MetaData(naming_convention=NAMING)
+    type_annotation_map = {datetime: UTCDateTime, dict[str, Any]: JSON, list[Any]: JSON}
+
+
+class JobState(str, enum.Enum):
+    queued = "queued"
+    running = "running"
+    succeeded = "succeeded"
+    failed = "failed"
+    cancelled = "cancelled"
+
+
+class JobReason(str, enum.Enum):
+    push = "push"
+    pull_request = "pull_request"
+    bisect = "bisect"
+    rerun = "rerun"
+    manual = "manual"
+    backfill = "backfill"
+    confirm = "confirm"  # queued by detection to answer an inconclusive classification
+
+
+class AlertState(str, enum.Enum):
+    new = "new"
+    acknowledged = "acknowledged"
+    invalid = "invalid"
+    wont_fix = "wont_fix"
+    fixed = "fixed"
+
+
+class BisectState(str, enum.Enum):
+    running = "running"
+    done = "done"
+    failed = "failed"
+
+
+def _enum(cls: type[enum.Enum]) -> Enum:
+    return Enum(cls, native_enum=False, length=32, validate_strings=True,
+                values_callable=lambda e: [m.value for m in e])
+
+
+class Repository(Base):
+    __tablename__ = "repositories"
+    id: Mapped[int] = mapped_column(primary_key=True)
+    name: Mapped[str] = mapped_column(String(200), unique=True)
+    url: Mapped[str] = mapped_column(String(1000))
+    default_branch: Mapped[str] = mapped_column(String(255), default="main")
+    created_at: Mapped[datetime] = mapped_column(default=utcnow)
+
+
+class Commit(Base):
+    __tablename__ = "commits"
+    __table_args__ = (UniqueConstraint("repository_id", "sha"),)
+    id: Mapped[int] = mapped_column(primary_key=True)
+    repository_id: Mapped[int] = mapped_column(ForeignKey("repositories.id", ondelete="CASCADE"), index=True)
+    sha: Mapped[str] = mapped_column(String(40), index=True)
+    author: Mapped[str | None] = mapped_column(String(255))
+    summary: Mapped[str | None] = mapped_column(String(500))
+    committed_at: Mapped[datetime | None]
+    # False while only the SHA is known (e.g. a parent not yet read from git).
+    graph_loaded: Mapped[bool] = mapped_column(Boolean, default=False)
+    created_at: Mapped[datetime] = mapped_column(default=utcnow)
+
+    repository: Mapped[Repository] = relationship()
+
+
+class CommitParent(Base):
+    """One edge of the commit DAG: `commit` has `parent` at `position` (0 = first parent)."""
+
+    __tablename__ = "commit_parents"
+    commit_id: Mapped[int] = mapped_column(ForeignKey("commits.id", ondelete="CASCADE"), primary_key=True)
+    position: Mapped[int] = mapped_column(Integer, primary_key=True)
+    parent_id: Mapped[int] = mapped_column(ForeignKey("commits.id", ondelete="CASCADE"), index=True)
+
+
+class Branch(Base):
+    __tablename__ = "branches"
+    __table_args__ = (UniqueConstraint("repository_id", "name"),)
+    id: Mapped[int] = mapped_column(primary_key=True)
+    repository_id: Mapped[int] = mapped_column(ForeignKey("repositories.id", ondelete="CASCADE"), index=True)
+    name: Mapped[str] = mapped_column(String(255))
+    head_commit_id: Mapped[int | None] = mapped_column(ForeignKey("commits.id"))
+    updated_at: Mapped[datetime] = mapped_column(default=utcnow)
+
+
+class BranchCommit(Base):
+    """A commit's place in a branch's first-parent history (series order). A force push sets
+    `active` False on the commits it dropped: they stay stored but leave the history."""
+
+    __tablename__ = "branch_commits"
+    branch_id: Mapped[int] = mapped_column(ForeignKey("branches.id", ondelete="CASCADE"), primary_key=True)
+    commit_id: Mapped[int] = mapped_column(ForeignKey("commits.id", ondelete="CASCADE"), primary_key=True)
+    position: Mapped[int] = mapped_column(Integer, index=True)
+    active: Mapped[bool] = mapped_column(Boolean, default=True)
+
+
+class PullRequest(Base):
+    __tablename__ = "pull_requests"
+    __table_args__ = (UniqueConstraint("repository_id", "number"),)
+    id: Mapped[int] = mapped_column(primary_key=True)
+    repository_id: Mapped[int] = mapped_column(ForeignKey("repositories.id", ondelete="CASCADE"), index=True)
+    number: Mapped[int] = mapped_column(Integer)
+    title: Mapped[str | None] = mapped_column(String(500))
+    base_branch: Mapped[str] = mapped_column(String(255))
+    head_commit_id: Mapped[int | None] = mapped_column(ForeignKey("commits.id"))
+    merge_base_commit_id: Mapped[int | None] = mapped_column(ForeignKey("commits.id"))
+    state: Mapped[str] = mapped_column(String(32), default="open")
+    updated_at: Mapped[datetime] = mapped_column(default=utcnow)
+
+
+class Platform(Base):
+    __tablename__ = "platforms"
+    id: Mapped[int] = mapped_column(primary_key=True)
+    name: Mapped[str] = mapped_column(String(64), unique=True)
+    simulated: Mapped[bool] = mapped_column(Boolean, default=False)
+
+
+class Suite(Base):
+    __tablename__ = "suites"
+    id: Mapped[int] = mapped_column(primary_key=True)
+    name: Mapped[str] = mapped_column(String(128), unique=True)
+    command: Mapped[list[Any]] = mapped_column(JSON)
+    platforms: Mapped[list[Any]] = mapped_column(JSON, default=list)
+    labels: Mapped[dict[str, Any]] = mapped_column(JSON, default=dict)
+    timeout_s: Mapped[int] = mapped_column(Integer, default=1800)
+    repeats: Mapped[int] = mapped_column(Integer, default=5)
+    commit_policy: Mapped[str] = mapped_column(String(16), default="every")
+    max_attempts: Mapped[int] = mapped_column(Integer, default=3)
+
+
+class RegistrationToken(Base):
+    __tablename__ = "registration_tokens"
+    id: Mapped[int] = mapped_column(primary_key=True)
+    token_hash: Mapped[str] = mapped_column(String(64), unique=True)
+    note: Mapped[str | None] = mapped_column(String(255))
+    created_at: Mapped[datetime] = mapped_column(default=utcnow)
+    revoked: Mapped[bool] = mapped_column(Boolean, default=False)
+
+
+class User(Base):
+    """A person who triages alerts and queues work through the API with a personal token
+    (`parallax user add`). Role "admin" may also do what the admin token does."""
+
+    __tablename__ = "users"
+    id: Mapped[int] = mapped_column(primary_key=True)
+    name: Mapped[str] = mapped_column(String(128), unique=True)
+    role: Mapped[str] = mapped_column(String(16), default="maintainer")  # maintainer / admin
+    token_hash: Mapped[str] = mapped_column(String(64), unique=True)
+    created_at: Mapped[datetime] = mapped_column(default=utcnow)
+    disabled: Mapped[bool] = mapped_column(Boolean, default=False)
+
+
+class Runner(Base):
+    __tablename__ = "runners"
+    id: Mapped[int] = mapped_column(primary_key=True)
+    name: Mapped[str] = mapped_column(String(255))
+    platform: Mapped[str] = mapped_column(String(64), index=True)
+    labels: Mapped[dict[str, Any]] = mapped_column(JSON, default=dict)
+    facts: Mapped[dict[str, Any]] = mapped_column(JSON, default=dict)
+    token_hash: Mapped[str] = mapped_column(String(64), unique=True)
+    registration_token_id: Mapped[int | None] = mapped_column(ForeignKey("registration_tokens.id"))
+    created_at: Mapped[datetime] = mapped_column(default=utcnow)
+    last_seen_at: Mapped[datetime | None]
+    disabled: Mapped[bool] = mapped_column(Boolean, default=False)
+
+
+class Job(Base):
+    __tablename__ = "jobs"
+    __table_args__ = (
+        Index("ix_jobs_claim", "state", "platform", "priority", "id"),
+        Index("ix_jobs_cell", "commit_id", "suite_id", "platform"),
+    )
+    id: Mapped[int] = mapped_column(primary_key=True)
+    repository_id: Mapped[int] = mapped_column(ForeignKey("repositories.id", ondelete="CASCADE"), index=True)
+    commit_id: Mapped[int] = mapped_column(ForeignKey("commits.id", ondelete="CASCADE"))
+    suite_id: Mapped[int] = mapped_column(ForeignKey("suites.id"))
+    platform: Mapped[str] = mapped_column(String(64))
+    state: Mapped[JobState] = mapped_column(_enum(JobState), default=JobState.queued)
+    reason: Mapped[JobReason] = mapped_column(_enum(JobReason), default=JobReason.manual)
+    priority: Mapped[int] = mapped_column(Integer, default=0)  # higher runs first
+    attempt: Mapped[int] = mapped_column(Integer, default=1)
+    max_attempts: Mapped[int] = mapped_column(Integer, default=3)
+    runner_id: Mapped[int | None] = mapped_column(ForeignKey("runners.id"))
+    lease_expires_at: Mapped[datetime | None]
+    cancel_requested: Mapped[bool] = mapped_column(Boolean, default=False)
+    failure_reason: Mapped[str | None] = mapped_column(Text)
+    log_bytes: Mapped[int] = mapped_column(Integer, default=0)
+    pull_request_id: Mapped[int | None] = mapped_column(ForeignKey("pull_requests.id"))
+    bisect_id: Mapped[int | None] = mapped_column(ForeignKey("bisects.id"))
+    created_at: Mapped[datetime] = mapped_column(default=utcnow)
+    started_at: Mapped[datetime | None]
+    finished_at: Mapped[datetime | None]
+
+    commit: Mapped[Commit] = relationship()
+    suite: Mapped[Suite] = relationship()
+    repository: Mapped[Repository] = relationship()
+
+
+class JobAttempt(Base):
+    """Who held which attempt of a job, and how it ended (history; lets the API tell a runner
+    that lost its lease (409) from one that never held the job (403))."""
+
+    __tablename__ = "job_attempts"
+    job_id: Mapped[int] = mapped_column(ForeignKey("jobs.id", ondelete="CASCADE"), primary_key=True)
+    attempt: Mapped[int] = mapped_column(Integer, primary_key=True)
+    runner_id: Mapped[int] = mapped_column(ForeignKey("runners.id"), index=True)
+    claimed_at: Mapped[datetime] = mapped_column(default=utcnow)
+    ended_at: Mapped[datetime | None]
+    outcome: Mapped[str | None] = mapped_column(String(32))  # succeeded/failed/retry/lease_expired
+
+
+class JobLog(Base):
+    __tablename__ = "job_logs"
+    id: Mapped[int] = mapped_column(primary_key=True)
+    job_id: Mapped[int] = mapped_column(ForeignKey("jobs.id", ondelete="CASCADE"), index=True)
+    attempt: Mapped[int] = mapped_column(Integer)
+    text: Mapped[str] = mapped_column(Text)
+    created_at: Mapped[datetime] = mapped_column(default=utcnow)
+
+
+class Run(Base):
+    """One completed attempt of a job: the stored results document."""
+
+    __tablename__ = "runs"
+    __table_args__ = (UniqueConstraint("job_id", "attempt"),
+                      Index("ix_runs_series", "suite_id", "platform", "commit_id"))
+    id: Mapped[int] = mapped_column(primary_key=True)
+    job_id: Mapped[int] = mapped_column(ForeignKey("jobs.id", ondelete="CASCADE"))
+    attempt: Mapped[int] = mapped_column(Integer)
+    runner_id: Mapped[int | None] = mapped_column(ForeignKey("runners.id"))
+    commit_id: Mapped[int] = mapped_column(ForeignKey("commits.id", ondelete="CASCADE"))
+    suite_id: Mapped[int] = mapped_column(ForeignKey("suites.id"))
+    platform: Mapped[str] = mapped_column(String(64))
+    document_sha256: Mapped[str] = mapped_column(String(64))
+    environment: Mapped[dict[str, Any]] = mapped_column(JSON, default=dict)
+    context: Mapped[dict[str, Any]] = mapped_column(JSON, default=dict)
+    # Hash of the context that defines a comparable series (device, model, batch, sync policy).
+    context_fingerprint: Mapped[str] = mapped_column(String(64), index=True)
+    simulated: Mapped[bool] = mapped_column(Boolean, default=False)
+    created_at: Mapped[datetime] = mapped_column(default=utcnow)
+
+    measurements: Mapped[list["Measurement"]] = relationship(back_populates="run", cascade="all, delete-orphan")
+    items: Mapped[list["ItemResult"]] = relationship(cascade="all, delete-orphan")
+
+
+class Measurement(Base):
+    __tablename__ = "measurements"
+    __table_args__ = (UniqueConstraint("run_id", "metric"),)
+    id: Mapped[int] = mapped_column(primary_key=True)
+    run_id: Mapped[int] = mapped_column(ForeignKey("runs.id", ondelete="CASCADE"), index=True)
+    metric: Mapped[str] = mapped_column(String(128), index=True)
+    unit: Mapped[str] = mapped_column(String(32))
+    direction: Mapped[str] = mapped_column(String(32))
+    samples: Mapped[list[Any]] = mapped_column(JSON)
+
+    run: Mapped[Run] = relationship(back_populates="measurements")
+
+
+class ItemResult(Base):
+    """Per-item correctness vector (e.g. GSM8k question i correct = 1) for paired tests."""
+
+    __tablename__ = "item_results"
+    id: Mapped[int] = mapped_column(primary_key=True)
+    run_id: Mapped[int] = mapped_column(ForeignKey("runs.id", ondelete="CASCADE"), index=True)
+    name: Mapped[str] = mapped_column(String(128))
+    correct: Mapped[list[Any]] = mapped_column(JSON)
+
+
+class WebhookDelivery(Base):
+    __tablename__ = "webhook_deliveries"
+    id: Mapped[int] = mapped_column(primary_key=True)
+    delivery_id: Mapped[str] = mapped_column(String(128), unique=True)
+    event: Mapped[str] = mapped_column(String(64))
+    action: Mapped[str | None] = mapped_column(String(64))
+    payload: Mapped[str] = mapped_column(Text)
+    state: Mapped[str] = mapped_column(String(16), default="pending", index=True)  # pending/done/ignored/error
+    result: Mapped[str | None] = mapped_column(Text)
+    attempts: Mapped[int] = mapped_column(Integer, default=0)
+    received_at: Mapped[datetime] = mapped_column(default=utcnow)
+    processed_at: Mapped[datetime | None]
+    claimed_until: Mapped[datetime | None]
+
+
+class Alert(Base):
+    """One alert group per commit range of one branch."""
+
+    __tablename__ = "alerts"
+    id: Mapped[int] = mapped_column(primary_key=True)
+    repository_id: Mapped[int] = mapped_column(ForeignKey("repositories.id", ondelete="CASCADE"), index=True)
+    branch: Mapped[str] = mapped_column(String(255))
+    # The range: last commit measured at the old level, first measured at the new one.
+    good_commit_id: Mapped[int | None] = mapped_column(ForeignKey("commits.id"))
+    bad_commit_id: Mapped[int] = mapped_column(ForeignKey("commits.id"))
+    kind: Mapped[str] = mapped_column(String(32), default="performance")  # performance/accuracy/correctness
+    is_regression: Mapped[bool] = mapped_column(Boolean, default=True)
+    state: Mapped[AlertState] = mapped_column(_enum(AlertState), default=AlertState.new, index=True)
+    note: Mapped[str | None] = mapped_column(Text)
+    updated_by: Mapped[str | None] = mapped_column(String(128))  # user name, or "admin"
+    created_at: Mapped[datetime] = mapped_column(default=utcnow)
+    updated_at: Mapped[datetime] = mapped_column(default=utcnow)
+
+    changes: Mapped[list["AlertChange"]] = relationship(back_populates="alert", cascade="all, delete-orphan")
+
+
+class AlertChange(Base):
+    __tablename__ = "alert_changes"
+    id: Mapped[int] = mapped_column(primary_key=True)
+    alert_id: Mapped[int] = mapped_column(ForeignKey("alerts.id", ondelete="CASCADE"), index=True)
+    suite: Mapped[str] = mapped_column(String(128))
+    metric: Mapped[str] = mapped_column(String(128))
+    platform: Mapped[str] = mapped_column(String(64))
+    context_fingerprint: Mapped[str] = mapped_column(String(64))
+    direction: Mapped[str] = mapped_column(String(32))  # higher_is_better / lower_is_better
+    relative_change: Mapped[float] = mapped_column(Float)
+    ci_low: Mapped[float | None] = mapped_column(Float)
+    ci_high: Mapped[float | None] = mapped_column(Float)
+    p_value: Mapped[float | None] = mapped_column(Float)
+    before_value: Mapped[float | None] = mapped_column(Float)
+    after_value: Mapped[float | None] = mapped_column(Float)
+    classification: Mapped[str] = mapped_column(String(32), default="inconclusive")
+    is_regression: Mapped[bool] = mapped_column(Boolean, default=True)
+    suspected_commits: Mapped[list[Any]] = mapped_column(JSON, default=list)
+    details: Mapped[dict[str, Any]] = mapped_column(JSON, default=dict)
+
+    alert: Mapped[Alert] = relationship(back_populates="changes")
+
+
+class Bisect(Base):
+    __tablename__ = "bisects"
+    id: Mapped[int] = mapped_column(primary_key=True)
+    repository_id: Mapped[int] = mapped_column(ForeignKey("repositories.id", ondelete="CASCADE"))
+    suite: Mapped[str] = mapped_column(String(128))
+    metric: Mapped[str] = mapped_column(String(128))
+    platform: Mapped[str] = mapped_column(String(64))
+    good_commit_id: Mapped[int] = mapped_column(ForeignKey("commits.id"))
+    bad_commit_id: Mapped[int] = mapped_column(ForeignKey("commits.id"))
+    state: Mapped[BisectState] = mapped_column(_enum(BisectState), default=BisectState.running)
+    culprit_commit_id: Mapped[int | None] = mapped_column(ForeignKey("commits.id"))
+    steps: Mapped[list[Any]] = mapped_column(JSON, default=list)
+    alert_id: Mapped[int | None] = mapped_column(ForeignKey("alerts.id"))
+    created_at: Mapped[datetime] = mapped_column(default=utcnow)
+    finished_at: Mapped[datetime | None]
+
+
+class CommitStatusUpdate(Base):
+    """Outbox of commit statuses to report to GitHub; sent by a background worker with retries."""
+
+    __tablename__ = "commit_status_updates"
+    id: Mapped[int] = mapped_column(primary_key=True)
+    repository_id: Mapped[int] = mapped_column(ForeignKey("repositories.id", ondelete="CASCADE"))
+    sha: Mapped[str] = mapped_column(String(40))
+    context: Mapped[str] = mapped_column(String(255))
+    state: Mapped[str] = mapped_column(String(16))  # pending/success/failure/error
+    description: Mapped[str] = mapped_column(String(140))
+    target_url: Mapped[str | None] = mapped_column(String(1000))
+    attempts: Mapped[int] = mapped_column(Integer, default=0)
+    next_attempt_at: Mapped[datetime] = mapped_column(default=utcnow, index=True)
+    sent_at: Mapped[datetime | None]
+    last_error: Mapped[str | None] = mapped_column(Text)
+    created_at: Mapped[datetime] = mapped_column(default=utcnow)
+
+
+class WorkerLease(Base):
+    """Named background duties (reaper, webhook processing, detection, status sender): a worker
+    runs one only while it holds the row's lease, so exactly one process does each piece."""
+
+    __tablename__ = "worker_leases"
+    name: Mapped[str] = mapped_column(String(64), primary_key=True)
+    owner: Mapped[str | None] = mapped_column(String(128))
+    lease_expires_at: Mapped[datetime | None]
+    last_run_at: Mapped[datetime | None]
+
+
+class DetectionState(Base):
+    """Per-series bookkeeping for incremental detection."""
+
+    __tablename__ = "detection_state"
+    id: Mapped[int] = mapped_column(primary_key=True)
+    series_key: Mapped[str] = mapped_column(String(64), unique=True)
+    dirty: Mapped[bool] = mapped_column(Boolean, default=True, index=True)
+    last_scanned_at: Mapped[datetime | None]
+    description: Mapped[dict[str, Any]] = mapped_column(JSON, default=dict)

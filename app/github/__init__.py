@@ -1,0 +1,1 @@
+"""GitHub: webhook deliveries (verification, classification, processing) and the commit-status outbox."""

@@ -1,0 +1,40 @@
+"""Mirror parallax.toml's repositories, platforms and suites into the database at start-up.
+
+The database is the source of truth at run time (jobs reference suites by id); the file only
+adds and updates entries, it never deletes history.
+"""
+from __future__ import annotations
+
+from sqlalchemy import inspect, select
+from sqlalchemy.orm import Session
+
+from app.core.config import Settings
+from app.core.models import Platform, Repository, Suite
+
+
+def sync_catalogue(session: Session, settings: Settings) -> None:
+    if not inspect(session.get_bind()).has_table("suites"):
+        return  # schema not created yet (the caller checked or will run migrations)
+    for spec in settings.repositories:
+        repo = session.scalar(select(Repository).where(Repository.name == spec.name))
+        if repo is None:
+            session.add(Repository(name=spec.name, url=spec.url, default_branch=spec.default_branch))
+        else:
+            repo.url, repo.default_branch = spec.url, spec.default_branch
+    names = set(settings.platforms)
+    for spec in settings.suites:
+        names.update(spec.platforms)
+        suite = session.scalar(select(Suite).where(Suite.name == spec.name))
+        if suite is None:
+            suite = Suite(name=spec.name)
+            session.add(suite)
+        suite.command = list(spec.command)
+        suite.platforms = list(spec.platforms)
+        suite.labels = dict(spec.labels)
+        suite.timeout_s = spec.timeout_s
+        suite.repeats = spec.repeats
+        suite.commit_policy = spec.commit_policy
+        suite.max_attempts = spec.max_attempts
+    existing = set(session.scalars(select(Platform.name)))
+    for name in sorted(names - existing):
+        session.add(Platform(name=name, simulated=name.endswith("-sim")))

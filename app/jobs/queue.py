@@ -1,0 +1,311 @@
+"""The job queue: enqueueing the matrix, race-free claiming with leases, heartbeats, logs,
+idempotent completion, failure with retry, and reaping of expired leases.
+
+Functions take a `Database` or `Session` and know nothing of Flask, so the CLI, the HTTP API,
+webhook processing and bisect share them.
+"""
+from __future__ import annotations
+
+import logging
+import random
+import time
+from datetime import timedelta
+
+from sqlalchemy import func, select, update
+from sqlalchemy.orm import Session
+
+from app.core import signals
+from app.core.clock import utcnow
+from app.core.db import Database, is_sqlite
+from app.core.duties import Duty
+from app.core.errors import Conflict, Forbidden, Invalid, NotFound
+from app.core.models import (
+    Commit,
+    Job,
+    JobAttempt,
+    JobLog,
+    JobReason,
+    JobState,
+    Repository,
+    Run,
+    Runner,
+    Suite,
+)
+from app.jobs.measurements import document_hash, store_run
+from runners.results import ResultsError, loads
+
+log = logging.getLogger(__name__)
+ACTIVE_STATES = (JobState.queued, JobState.running)
+
+
+# ---------------------------------------------------------------- enqueue
+
+def get_or_create_commit(session: Session, repository: Repository, sha: str) -> Commit:
+    commit = session.scalar(select(Commit).where(Commit.repository_id == repository.id, Commit.sha == sha))
+    if commit is None:
+        commit = Commit(repository_id=repository.id, sha=sha)
+        session.add(commit)
+        session.flush()
+    return commit
+
+
+def enqueue(session: Session, repository: Repository, commit: Commit, suite: Suite, platform: str, *,
+            reason: JobReason = JobReason.manual, priority: int = 0, force: bool = False,
+            pull_request_id: int | None = None, bisect_id: int | None = None) -> tuple[Job, bool]:
+    """Queue one cell (commit x suite x platform). Returns (job, created). Without `force`, an
+    existing queued, running or succeeded job for the same cell is returned instead (dedupe);
+    its priority is raised if the new request is more urgent."""
+    if not force:
+        existing = session.scalar(
+            select(Job).where(Job.commit_id == commit.id, Job.suite_id == suite.id, Job.platform == platform,
+                              Job.state.in_([*ACTIVE_STATES, JobState.succeeded]))
+            .order_by(Job.id.desc()).limit(1))
+        if existing is not None:
+            if existing.state == JobState.queued and priority > existing.priority:
+                existing.priority = priority
+            return existing, False
+    job = Job(repository_id=repository.id, commit_id=commit.id, suite_id=suite.id, platform=platform,
+              reason=reason, priority=priority, max_attempts=suite.max_attempts,
+              pull_request_id=pull_request_id, bisect_id=bisect_id)
+    session.add(job)
+    session.flush()
+    signals.job_queued.send(session, job=job)
+    return job, True
+
+
+def enqueue_matrix(session: Session, repository: Repository, sha: str, *, suite_name: str | None = None,
+                   platform: str | None = None, reason: JobReason = JobReason.manual, priority: int = 0,
+                   force: bool = False) -> list[tuple[Job, bool]]:
+    """Queue the suites x platforms matrix for a commit, or one row/column/cell of it."""
+    suites = list(session.scalars(select(Suite).order_by(Suite.name)))
+    if suite_name is not None:
+        suites = [s for s in suites if s.name == suite_name]
+        if not suites:
+            raise NotFound(f"unknown suite {suite_name!r}; configured: "
+                           f"{', '.join(s.name for s in session.scalars(select(Suite))) or 'none'}")
+    commit = get_or_create_commit(session, repository, sha)
+    results = []
+    for suite in suites:
+        platforms = suite.platforms if platform is None else [platform]
+        if platform is not None and platform not in suite.platforms:
+            if suite_name is not None:
+                raise Invalid(f"suite {suite.name!r} does not run on platform {platform!r} "
+                              f"(its platforms: {', '.join(suite.platforms)})")
+            continue
+        for name in platforms:
+            results.append(enqueue(session, repository, commit, suite, name, reason=reason,
+                                   priority=priority, force=force))
+    return results
+
+
+# ---------------------------------------------------------------- claim
+
+def reap_expired(session: Session) -> int:
+    """Requeue running jobs whose lease expired (attempt + 1), or fail them past their attempt
+    limit. Safe to run from many processes at once: each UPDATE re-checks the row's state."""
+    moment = utcnow()
+    expired = list(session.execute(
+        select(Job.id, Job.attempt, Job.runner_id).where(Job.state == JobState.running,
+                                                          Job.lease_expires_at < moment)))
+    count = 0
+    for job_id, attempt, runner_id in expired:
+        retry = update(Job).where(Job.id == job_id, Job.state == JobState.running, Job.attempt == attempt,
+                                  Job.lease_expires_at < moment)
+        result = session.execute(
+            retry.where(Job.attempt < Job.max_attempts)
+            .values(state=JobState.queued, attempt=Job.attempt + 1, runner_id=None, lease_expires_at=None))
+        if result.rowcount == 0:
+            result = session.execute(
+                retry.values(state=JobState.failed, runner_id=None, lease_expires_at=None, finished_at=moment,
+                             failure_reason=f"lease expired on attempt {attempt}, the last allowed"))
+        if result.rowcount:
+            count += 1
+            session.execute(update(JobAttempt).where(JobAttempt.job_id == job_id, JobAttempt.attempt == attempt)
+                            .values(ended_at=moment, outcome="lease_expired"))
+            log.info("lease expired", extra={"px_job": job_id, "px_attempt": attempt, "px_runner": runner_id})
+    return count
+
+
+def _labels_match(required: dict, labels: dict) -> bool:
+    return all(str(labels.get(key)) == str(value) for key, value in required.items())
+
+
+def try_claim(db: Database, runner_id: int, lease_s: int) -> Job | None:
+    """Claim the most urgent queued job for the runner's platform, or None.
+
+    PostgreSQL: `FOR UPDATE SKIP LOCKED`, so concurrent claimers pass over each other's rows.
+    SQLite: the whole read-then-write runs in a `BEGIN IMMEDIATE` transaction (app.db), so
+    claimers take turns."""
+    with db.session() as session:
+        # Besides the reaper duty: a claim must see a lease that expired a moment ago, not wait
+        # for the duty's next tick (one indexed query that usually finds nothing).
+        reap_expired(session)
+        runner = session.get(Runner, runner_id)
+        assert runner is not None
+        query = (select(Job, Suite.labels).join(Suite, Suite.id == Job.suite_id)
+                 .where(Job.state == JobState.queued, Job.platform == runner.platform)
+                 .order_by(Job.priority.desc(), Job.id.asc()).limit(25))
+        if not is_sqlite(session):
+            query = query.with_for_update(skip_locked=True, of=Job)
+        for job, required in session.execute(query):
+            if not _labels_match(required or {}, runner.labels or {}):
+                continue
+            moment = utcnow()
+            job.state = JobState.running
+            job.runner_id = runner.id
+            job.lease_expires_at = moment + timedelta(seconds=lease_s)
+            job.started_at = moment
+            session.add(JobAttempt(job_id=job.id, attempt=job.attempt, runner_id=runner.id, claimed_at=moment))
+            session.flush()
+            return job
+    return None
+
+
+def claim(db: Database, runner_id: int, *, lease_s: int, wait_s: float = 0.0) -> Job | None:
+    """Claim with long-poll: retry until a job appears or `wait_s` has passed."""
+    deadline = time.monotonic() + max(0.0, wait_s)
+    delay = 0.1
+    while True:
+        job = try_claim(db, runner_id, lease_s)
+        if job is not None or time.monotonic() >= deadline:
+            return job
+        time.sleep(min(delay, max(0.0, deadline - time.monotonic())))
+        delay = min(1.0, delay * 1.6) * random.uniform(0.8, 1.2)
+
+
+# ---------------------------------------------------------------- holder operations
+
+def held_job(session: Session, runner: Runner, job_id: int, attempt: int | None = None,
+             *, for_update: bool = True) -> Job:
+    """The job, if this runner holds its current lease. 404 unknown, 403 never held by this
+    runner, 409 held once but the lease was lost (expired, requeued, taken over)."""
+    query = select(Job).where(Job.id == job_id)
+    if for_update and not is_sqlite(session):
+        query = query.with_for_update()
+    job = session.scalar(query)
+    if job is None:
+        raise NotFound(f"job {job_id} does not exist")
+    holds = (job.state == JobState.running and job.runner_id == runner.id
+             and (attempt is None or attempt == job.attempt))
+    if holds:
+        return job
+    ever_held = session.scalar(select(func.count()).select_from(JobAttempt)
+                               .where(JobAttempt.job_id == job_id, JobAttempt.runner_id == runner.id))
+    if not ever_held:
+        raise Forbidden(f"job {job_id} is not held by runner {runner.id}")
+    raise Conflict(f"runner {runner.id} no longer holds the lease on job {job_id} "
+                   f"(job is {job.state.value}, attempt {job.attempt})", error="lease_lost")
+
+
+def heartbeat(session: Session, runner: Runner, job_id: int, lease_s: int, attempt: int | None = None) -> Job:
+    job = held_job(session, runner, job_id, attempt)
+    job.lease_expires_at = utcnow() + timedelta(seconds=lease_s)
+    session.commit()
+    return job
+
+
+def append_log(session: Session, runner: Runner, job_id: int, text: str, cap_bytes: int,
+               attempt: int | None = None) -> tuple[int, bool]:
+    """Append a chunk; returns (bytes stored, truncated). Past the cap, chunks are dropped and a
+    single marker line says so."""
+    job = held_job(session, runner, job_id, attempt)
+    data = text.encode("utf-8", errors="replace")
+    room = cap_bytes - job.log_bytes
+    if room <= 0:
+        return 0, True
+    truncated = len(data) > room
+    if truncated:
+        data = data[:room]
+        marker = f"\n[parallax: log truncated at {cap_bytes} bytes]\n"
+        stored = data.decode("utf-8", errors="ignore") + marker
+    else:
+        stored = data.decode("utf-8", errors="ignore")
+    session.add(JobLog(job_id=job.id, attempt=job.attempt, text=stored))
+    job.log_bytes = cap_bytes if truncated else job.log_bytes + len(data)
+    session.commit()
+    return len(data), truncated
+
+
+def complete(session: Session, runner: Runner, job_id: int, raw: bytes, max_bytes: int,
+             attempt: int | None = None) -> tuple[Run, bool]:
+    """Store the results document of the held attempt. Returns (run, created). An identical
+    retry after success returns the stored run (created False); anything else from a runner
+    that no longer holds the lease is a 409; an invalid document is a 422 and stores nothing."""
+    digest = document_hash(raw)
+    job = session.get(Job, job_id)
+    if job is None:
+        raise NotFound(f"job {job_id} does not exist")
+    if job.state == JobState.succeeded:
+        run = session.scalar(select(Run).where(Run.job_id == job_id).order_by(Run.id.desc()).limit(1))
+        if run is not None and run.runner_id == runner.id and run.document_sha256 == digest:
+            return run, False
+    job = held_job(session, runner, job_id, attempt)
+    try:
+        document = loads(raw, max_bytes=max_bytes)
+    except ResultsError as exc:
+        raise Invalid(str(exc), extra={"field": exc.field}) from exc
+    suite = session.get(Suite, job.suite_id)
+    if suite is not None and document.suite != suite.name:
+        raise Invalid(f"suite: document is for suite {document.suite!r}, but job {job_id} runs {suite.name!r}",
+                      extra={"field": "suite"})
+    run = store_run(session, job, runner.id, document, digest)
+    moment = utcnow()
+    job.state = JobState.succeeded
+    job.finished_at = moment
+    job.lease_expires_at = None
+    session.execute(update(JobAttempt).where(JobAttempt.job_id == job.id, JobAttempt.attempt == job.attempt)
+                    .values(ended_at=moment, outcome="succeeded"))
+    signals.run_stored.send(session, run=run)
+    session.commit()
+    return run, True
+
+
+def fail(session: Session, runner: Runner, job_id: int, reason: str, retryable: bool,
+         attempt: int | None = None, *, handback: bool = False) -> Job:
+    """Report a failed attempt: retried while attempts are left, else failed for good. A
+    `handback` (the runner is shutting down) requeues without using up an attempt."""
+    job = held_job(session, runner, job_id, attempt)
+    moment = utcnow()
+    reason = (reason or "no reason given")[:10_000]
+    if handback:
+        job.max_attempts += 1
+        outcome = "handed_back"
+    else:
+        outcome = "retry" if retryable and job.attempt < job.max_attempts else "failed"
+    session.execute(update(JobAttempt).where(JobAttempt.job_id == job.id, JobAttempt.attempt == job.attempt)
+                    .values(ended_at=moment, outcome=outcome))
+    job.failure_reason = reason
+    job.lease_expires_at = None
+    job.runner_id = None
+    if outcome in ("retry", "handed_back"):
+        job.state = JobState.queued
+        job.attempt += 1
+    else:
+        job.state = JobState.failed
+        job.finished_at = moment
+        signals.job_failed.send(session, job=job)
+    session.commit()
+    return job
+
+
+def request_cancel(session: Session, job: Job) -> None:
+    """Queued jobs are cancelled at once; running ones learn it from their next heartbeat."""
+    if job.state == JobState.queued:
+        job.state = JobState.cancelled
+        job.finished_at = utcnow()
+    elif job.state == JobState.running:
+        job.cancel_requested = True
+
+
+def queue_depth(session: Session) -> dict[str, int]:
+    rows = session.execute(select(Job.platform, func.count()).where(Job.state == JobState.queued)
+                           .group_by(Job.platform))
+    return {platform: count for platform, count in rows}
+
+
+def _reap(db: Database) -> int:
+    with db.session() as session:
+        return reap_expired(session)
+
+
+DUTIES = [Duty("reaper", _reap, interval_s=5.0)]

@@ -1,0 +1,61 @@
+"""The Flask application: `create_app(config)` builds an app from `Settings` (environment +
+parallax.toml), binds the database, connects the areas (`app.wiring`), registers one blueprint
+per area and the error handlers. It refuses to start on a database whose schema is behind the
+migrations.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+from flask import Flask, current_app, has_app_context
+
+from app import wiring
+from app.core import logs
+from app.core.config import Settings, add_settings_provider, load_settings
+from app.core.db import Database
+from app.core.migrate import ensure_current
+from app.jobs.catalogue import sync_catalogue
+from app.web import errors
+from app.web.api import bp as api_bp
+from app.web.dashboard import bp as dashboard_bp
+from app.web.runner_api import bp as runner_bp
+from app.web.series_api import bp as series_bp
+from app.web.session import close_request_session
+from app.web.webhooks import bp as webhooks_bp
+
+
+def _app_settings() -> Settings | None:
+    return current_app.extensions["parallax.settings"] if has_app_context() else None
+
+
+def create_app(config: Settings | dict[str, Any] | None = None, *, check_schema: bool = True) -> Flask:
+    if config is None:
+        settings = load_settings()
+    elif isinstance(config, dict):
+        settings = load_settings(**config)
+    else:
+        settings = config
+
+    logs.configure()
+    wiring.connect()
+    add_settings_provider(_app_settings)
+    flask_app = Flask(__name__)
+    flask_app.config["SECRET_KEY"] = settings.secret_key
+    flask_app.config["MAX_CONTENT_LENGTH"] = max(settings.max_document_bytes, settings.max_webhook_bytes)
+    flask_app.extensions["parallax.settings"] = settings
+    database = Database(settings.database_url)
+    flask_app.extensions["parallax.db"] = database
+    if check_schema:
+        ensure_current(database.engine)
+    with database.session() as session:
+        sync_catalogue(session, settings)
+
+    errors.register(flask_app)
+    for blueprint in (runner_bp, api_bp, webhooks_bp, series_bp, dashboard_bp):
+        flask_app.register_blueprint(blueprint)
+
+    @flask_app.teardown_appcontext
+    def _close_session(exc: BaseException | None) -> None:
+        close_request_session(exc)
+
+    return flask_app

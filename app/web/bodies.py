@@ -1,0 +1,49 @@
+"""What every blueprint reads from a request: the app's settings, a size-capped body, a JSON
+object body, and a commit SHA field."""
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from flask import current_app, request
+
+from app.core.config import Settings
+from app.core.errors import APIError, Invalid, PayloadTooLarge
+from app.core.shas import is_sha
+
+
+def settings() -> Settings:
+    return current_app.extensions["parallax.settings"]
+
+
+def json_body(*, required: bool = True, max_bytes: int = 1_000_000) -> dict[str, Any]:
+    """The request body as a JSON object: 413 over `max_bytes`, 400 when malformed."""
+    raw = read_body(max_bytes)
+    if not raw.strip():
+        if required:
+            raise APIError("request body must be a JSON object")
+        return {}
+    try:
+        data = json.loads(raw)
+    except ValueError as exc:
+        raise APIError(f"malformed JSON: {exc}", error="malformed_json") from exc
+    if not isinstance(data, dict):
+        raise APIError("request body must be a JSON object", error="malformed_json")
+    return data
+
+
+def read_body(max_bytes: int) -> bytes:
+    length = request.content_length
+    if length is not None and length > max_bytes:
+        raise PayloadTooLarge(f"body is {length} bytes, over the limit of {max_bytes}")
+    raw = request.get_data(cache=True)
+    if len(raw) > max_bytes:
+        raise PayloadTooLarge(f"body is {len(raw)} bytes, over the limit of {max_bytes}")
+    return raw
+
+
+def require_sha(value: Any, field: str = "commit") -> str:
+    if not is_sha(value):
+        raise Invalid(f"{field}: must be a full 40-character lowercase hex commit SHA, got {value!r}",
+                      extra={"field": field})
+    return value

@@ -1,0 +1,162 @@
+"""Read API for series and alerts, and alert triage (DESIGN.md paths).
+
+GET /api/v1/series?repository=&suite=&metric=&platform=&branch=   points + change points
+GET /api/v1/alerts?state=&platform=&repository=                    alert groups with their changes
+PATCH /api/v1/alerts/<id> {state, note}                            admin token
+"""
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+from flask import Blueprint, jsonify, request
+from sqlalchemy import select
+
+from app.core.clock import as_utc, utcnow
+from app.core.errors import Invalid, NotFound
+from app.core.models import Alert, AlertChange, AlertState, Commit, Repository, Run
+from app.detection.detector import detect
+from app.detection.series import Series, SeriesKey, load_series
+from app.detection.service import config_for, json_safe
+from app.web.auth import require_maintainer
+from app.web.bodies import json_body
+from app.web.session import request_session
+
+bp = Blueprint("series_api", __name__)
+STATES = [state.value for state in AlertState]
+
+
+def _required(name: str) -> str:
+    value = request.args.get(name, "").strip()
+    if not value:
+        raise Invalid(f"{name}: required query parameter", extra={"field": name})
+    return value
+
+
+def _repository(session, name: str) -> Repository:  # type: ignore[no-untyped-def]
+    repository = session.scalar(select(Repository).where(Repository.name == name))
+    if repository is None:
+        raise NotFound(f"unknown repository {name!r}")
+    return repository
+
+
+def _point_json(point: Any) -> dict[str, Any]:
+    values = np.asarray(point.samples, dtype=float)
+    summary = ({"n": int(values.size), "median": float(np.median(values)), "mean": float(values.mean()),
+                "stdev": float(values.std(ddof=1)) if values.size > 1 else 0.0,
+                "min": float(values.min()), "max": float(values.max())} if values.size else {"n": 0})
+    return {"commit": point.sha, "position": point.position, "runs": point.run_ids, "samples": point.samples,
+            "summary": summary}
+
+
+def series_json(series: Series, context: dict[str, Any] | None) -> dict[str, Any]:
+    changes = detect([p.samples for p in series.points], [p.position for p in series.points],
+                     config_for(series.key.metric))
+    return {
+        "context_fingerprint": series.key.context_fingerprint, "context": context,
+        "direction": series.direction, "unit": series.unit, "ordered_by": series.ordered_by,
+        "points": [_point_json(p) for p in series.points],
+        "change_points": [json_safe({"index": c.index, "good": series.points[c.index - 1].sha,
+                           "bad": series.points[c.index].sha, "good_position": c.good_position,
+                           "bad_position": c.bad_position, "before": c.before, "after": c.after,
+                           "relative_change": c.relative_change, "ci": [c.ci_low, c.ci_high],
+                           "p_value": c.p_value}) for c in changes],
+    }
+
+
+@bp.get("/api/v1/series")
+def get_series():  # type: ignore[no-untyped-def]
+    session = request_session()
+    repository = _repository(session, _required("repository"))
+    suite, metric, platform = _required("suite"), _required("metric"), _required("platform")
+    branch = request.args.get("branch", "").strip() or repository.default_branch
+    wanted = request.args.get("context_fingerprint", "").strip() or None
+    rows = session.execute(select(Run.context_fingerprint, Run.context).join(Commit, Commit.id == Run.commit_id)
+                           .where(Commit.repository_id == repository.id, Run.platform == platform)
+                           .order_by(Run.id.desc())).all()
+    contexts: dict[str, dict[str, Any]] = {}
+    for fingerprint, context in rows:
+        contexts.setdefault(fingerprint, context)
+    if wanted is not None:
+        contexts = {k: v for k, v in contexts.items() if k == wanted}
+    result = []
+    for fingerprint, context in sorted(contexts.items()):
+        series = load_series(session, SeriesKey(repository.id, branch, suite, metric, platform, fingerprint))
+        if series.points:
+            result.append(series_json(series, context))
+    return jsonify({"repository": repository.name, "branch": branch, "suite": suite, "metric": metric,
+                    "platform": platform, "series": result})
+
+
+def change_json(change: AlertChange) -> dict[str, Any]:
+    return {"id": change.id, "suite": change.suite, "metric": change.metric, "platform": change.platform,
+            "context_fingerprint": change.context_fingerprint, "direction": change.direction,
+            "relative_change": change.relative_change, "ci": [change.ci_low, change.ci_high],
+            "p_value": change.p_value, "before": change.before_value, "after": change.after_value,
+            "classification": change.classification, "is_regression": change.is_regression,
+            "platforms": change.details.get("platforms", [change.platform]),
+            "suspected_commits": change.suspected_commits,
+            "confirm_jobs": change.details.get("confirm_jobs", []),
+            "restored_by": change.details.get("restored_by")}
+
+
+def alert_json(session, alert: Alert) -> dict[str, Any]:  # type: ignore[no-untyped-def]
+    def sha(commit_id: int | None) -> str | None:
+        commit = session.get(Commit, commit_id) if commit_id is not None else None
+        return commit.sha if commit is not None else None
+
+    repository = session.get(Repository, alert.repository_id)
+    return {"id": alert.id, "repository": repository.name if repository else None, "branch": alert.branch,
+            "kind": alert.kind, "is_regression": alert.is_regression, "state": alert.state.value,
+            "note": alert.note, "updated_by": alert.updated_by,
+            "good": sha(alert.good_commit_id), "bad": sha(alert.bad_commit_id),
+            "created_at": as_utc(alert.created_at).isoformat(),
+            "updated_at": as_utc(alert.updated_at).isoformat(),
+            "changes": [change_json(c) for c in sorted(alert.changes, key=lambda c: c.id)]}
+
+
+@bp.get("/api/v1/alerts")
+def list_alerts():  # type: ignore[no-untyped-def]
+    session = request_session()
+    query = select(Alert).order_by(Alert.id.desc()).limit(500)
+    state = request.args.get("state", "").strip()
+    if state:
+        if state not in STATES:
+            raise Invalid(f"state: must be one of {', '.join(STATES)}, got {state!r}", extra={"field": "state"})
+        query = query.where(Alert.state == AlertState(state))
+    platform = request.args.get("platform", "").strip()
+    if platform:
+        query = query.where(Alert.id.in_(select(AlertChange.alert_id).where(AlertChange.platform == platform)))
+    repository = request.args.get("repository", "").strip()
+    if repository:
+        query = query.where(Alert.repository_id == _repository(session, repository).id)
+    return jsonify({"alerts": [alert_json(session, a) for a in session.scalars(query)]})
+
+
+@bp.patch("/api/v1/alerts/<int:alert_id>")
+def update_alert(alert_id: int):  # type: ignore[no-untyped-def]
+    session = request_session()
+    actor = require_maintainer(session)
+    body = json_body()
+    alert = session.get(Alert, alert_id)
+    if alert is None:
+        raise NotFound(f"alert {alert_id} does not exist")
+    unknown = sorted(set(body) - {"state", "note"})
+    if unknown:
+        raise Invalid(f"{unknown[0]}: unknown field (allowed: state, note)", extra={"field": unknown[0]})
+    if "state" not in body and "note" not in body:
+        raise Invalid("state: give a new state and/or a note", extra={"field": "state"})
+    state = body.get("state")
+    if "state" in body and (not isinstance(state, str) or state not in STATES):
+        raise Invalid(f"state: must be one of {', '.join(STATES)}, got {state!r}", extra={"field": "state"})
+    note = body.get("note")
+    if "note" in body and note is not None and not isinstance(note, str):
+        raise Invalid("note: must be a string or null", extra={"field": "note"})
+    if "state" in body:
+        alert.state = AlertState(state)
+    if "note" in body:
+        alert.note = note
+    alert.updated_by = actor
+    alert.updated_at = utcnow()
+    session.commit()
+    return jsonify(alert_json(session, alert))

@@ -1,0 +1,65 @@
+"""`POST /webhooks/github`: verify, record, answer; the "webhooks" duty of `app.github.ingest`
+does the work later."""
+from __future__ import annotations
+
+from flask import Blueprint, current_app, jsonify, request
+from sqlalchemy import select
+from sqlalchemy.exc import IntegrityError
+
+from app.core.clock import utcnow
+from app.core.config import Settings
+from app.core.errors import PayloadTooLarge
+from app.core.models import WebhookDelivery
+from app.github.ingest import BadRequest, ServiceUnavailable, classify, parse_payload, verify_signature
+from app.web.session import request_session
+
+bp = Blueprint("webhooks", __name__)
+
+
+def _read_body(limit: int) -> bytes:
+    if request.content_length is not None and request.content_length > limit:
+        raise PayloadTooLarge(f"webhook body is {request.content_length} bytes; the limit is {limit}")
+    body = request.stream.read(limit + 1)
+    if len(body) > limit:
+        raise PayloadTooLarge(f"webhook body is over the limit of {limit} bytes")
+    return body
+
+
+@bp.post("/webhooks/github")
+def receive():  # type: ignore[no-untyped-def]
+    settings: Settings = current_app.extensions["parallax.settings"]
+    if not settings.github_webhook_secret:
+        raise ServiceUnavailable("webhooks are off: PARALLAX_GITHUB_WEBHOOK_SECRET is not set")
+    body = _read_body(settings.max_webhook_bytes)
+    verify_signature(settings.github_webhook_secret, body, request.headers.get("X-Hub-Signature-256"))
+    event = request.headers.get("X-GitHub-Event", "")
+    delivery_id = request.headers.get("X-GitHub-Delivery", "")
+    if not event or len(event) > 64:
+        raise BadRequest("X-GitHub-Event header is missing or too long")
+    if not delivery_id or len(delivery_id) > 128:
+        raise BadRequest("X-GitHub-Delivery header is missing or too long")
+    payload, payload_text = parse_payload(body, request.content_type or "application/json")
+    session = request_session()
+    existing = session.scalar(select(WebhookDelivery).where(WebhookDelivery.delivery_id == delivery_id))
+    if existing is not None:
+        return _duplicate(existing)
+    verdict = classify(session, event, payload)
+    action = payload.get("action") if isinstance(payload.get("action"), str) else None
+    delivery = WebhookDelivery(delivery_id=delivery_id, event=event, action=(action or None) and action[:64],
+                               payload=payload_text, state=verdict.state,
+                               result=None if verdict.state == "pending" else verdict.reason,
+                               processed_at=None if verdict.state == "pending" else utcnow())
+    session.add(delivery)
+    try:
+        session.commit()
+    except IntegrityError:  # the same delivery arrived twice at once; the other request stored it
+        session.rollback()
+        return _duplicate(session.scalar(select(WebhookDelivery).where(WebhookDelivery.delivery_id == delivery_id)))
+    status = {"pending": "accepted", "done": "ok", "ignored": "ignored"}[verdict.state]
+    return jsonify({"status": status, "delivery": delivery_id, "reason": verdict.reason}), verdict.status
+
+
+def _duplicate(existing: WebhookDelivery | None):  # type: ignore[no-untyped-def]
+    state = existing.state if existing is not None else "pending"
+    return jsonify({"status": "duplicate", "delivery": existing.delivery_id if existing else None,
+                    "reason": f"delivery already received (state {state}); nothing new was done"}), 200
