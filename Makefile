@@ -8,7 +8,7 @@ PIP := $(PY) -m pip
 TORCH_SPEC ?= torch==2.13.0
 STAMP := $(VENV)/.installed
 
-.PHONY: install demo test test-fast bench clean serve
+.PHONY: install demo test test-fast lint bench clean serve
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -41,3 +41,6 @@ serve: $(STAMP)
 
 clean:
 	rm -rf $(VENV) var build *.egg-info
+
+lint: $(STAMP)
+	$(VENV)/bin/ruff check .

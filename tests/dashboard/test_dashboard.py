@@ -5,7 +5,7 @@ import pytest
 from sqlalchemy import select
 
 from app.core.models import Alert, AlertChange, AlertState, Commit, Repository
-from tests.service.helpers import claim, document, queue_jobs, register
+from tests.support.service_api import claim, document, queue_jobs, register
 
 SHAS = [f"{i:x}" * 40 for i in range(1, 4)]
 

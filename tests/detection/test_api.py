@@ -6,7 +6,7 @@ from click.testing import CliRunner
 
 from app.detection.service import scan_dirty
 from tests.detection.builder import METRIC, SUITE, Builder, excursion_levels, step
-from tests.service.helpers import admin_headers
+from tests.support.service_api import admin_headers
 
 
 @pytest.fixture
@@ -161,7 +161,7 @@ def test_end_to_end_runner_results_to_an_alert_through_the_background_duty(clien
 
     from app.core.duties import run_due
     from app.detection.service import DUTIES
-    from tests.service.helpers import claim, document, queue_jobs, raw, register
+    from tests.support.service_api import claim, document, queue_jobs, raw, register
     headers = register(client, app, "rocm")
     rng = np.random.default_rng(3)
     shas = [f"{i:040x}" for i in range(1, 36)]

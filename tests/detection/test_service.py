@@ -25,7 +25,7 @@ from app.detection import service as detection_service
 from app.detection.series import SeriesKey, load_series
 from app.detection.service import rescan, scan_dirty
 from tests.detection.builder import METRIC, SUITE, Builder, excursion_levels, step
-from tests.service.helpers import SHA_A, claim, document, queue_jobs, raw, register
+from tests.support.service_api import SHA_A, claim, document, queue_jobs, raw, register
 
 
 @pytest.fixture

@@ -9,7 +9,7 @@ from sqlalchemy import func, select
 from app.cli import main
 from app.core.models import Branch, BranchCommit, Commit, Job, JobReason
 from app.git.mirror import Mirror
-from tests.github.conftest import post_webhook, push_payload
+from tests.support.github import post_webhook, push_payload
 
 
 @pytest.fixture
@@ -105,8 +105,8 @@ def test_mirror_reads_first_parent_order_depth_and_merge_base(tmp_path, upstream
 
 def test_webhook_duty_runs_in_the_background_loop(client, app, db, tracked, upstream):
     from app.core import duties as background
-    from app.github import ingest as webhooks
     from app.core.config import use_settings
+    from app.github import ingest as webhooks
     base = upstream.commit()
     head = upstream.commit()
     post_webhook(client, "push", push_payload(base, head, [head]))

@@ -8,12 +8,12 @@ from datetime import datetime, timedelta, timezone
 import pytest
 from sqlalchemy import select
 
-from app.core.models import CommitStatusUpdate, Repository
 from app.core.config import use_settings
+from app.core.models import CommitStatusUpdate, Repository
 from app.github.status import send_due, set_status
-from tests.conftest import make_settings
 from tests.github.fake_github import FakeGitHub, Reply
-from tests.service.helpers import SHA_A, claim, document, queue_jobs, raw, register
+from tests.support.service_api import SHA_A, claim, document, queue_jobs, raw, register
+from tests.support.settings import make_settings
 
 TOKEN = "ghp-test-token"
 FAST = (2.0, 0.5)  # connect, read timeouts for the sender in tests

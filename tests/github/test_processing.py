@@ -8,7 +8,7 @@ from sqlalchemy import func, select
 
 from app.core.models import Branch, BranchCommit, Commit, Job, JobReason, PullRequest, Suite, WebhookDelivery
 from app.github.ingest import process_pending
-from tests.github.conftest import post_webhook, pr_payload, push_payload
+from tests.support.github import post_webhook, pr_payload, push_payload
 
 MATRIX = 5  # decode-throughput on cuda/rocm/cpu + gsm8k on cuda/rocm (tests/conftest.py SUITES)
 
@@ -306,7 +306,7 @@ def test_form_encoded_push_is_processed_like_json(client, app, db, tracked, upst
     import json
     from urllib.parse import urlencode
 
-    from tests.github.conftest import webhook_headers
+    from tests.support.github import webhook_headers
     base = upstream.commit()
     head = upstream.commit()
     body = urlencode({"payload": json.dumps(push_payload(base, head, [head]))}).encode()

@@ -8,8 +8,8 @@ import pytest
 from sqlalchemy import select
 
 from app.core.models import WebhookDelivery
-from tests.conftest import make_settings
-from tests.github.conftest import SECRET, count_rows, load_payload, post_webhook, sign, webhook_headers
+from tests.support.github import SECRET, count_rows, load_payload, post_webhook, sign, webhook_headers
+from tests.support.settings import make_settings
 
 
 def _post(client, body: bytes, headers: dict[str, str]):  # type: ignore[no-untyped-def]
@@ -207,7 +207,7 @@ def test_over_http_a_chunked_body_over_the_limit_is_413(database_url, tmp_path):
     import requests
 
     from app.web import create_app
-    from tests.conftest import LiveServer
+    from tests.support.live_server import LiveServer
     flask_app = create_app(make_settings(database_url, github_webhook_secret=SECRET, max_webhook_bytes=1000,
                                          data_dir=str(tmp_path)))
     db = flask_app.extensions["parallax.db"]

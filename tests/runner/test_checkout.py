@@ -9,12 +9,12 @@ from pathlib import Path
 
 import pytest
 
+from app.git.workdir import git
 from runners.agent import Agent, Config
 from runners.checkout import CheckoutError, Workspace, validate_sha
 from runners.client import RetryPolicy
 from runners.facts import Facts
-from tests.conftest import git
-from tests.runner.conftest import Harness
+from tests.support.runner_harness import Harness
 
 CPU = Facts(platform="cpu", python="3.11", os="Linux", cpu_model="test cpu", cpu_count=2)
 BAD_SHAS = ["a1b2c3", "A" * 40, "g" * 40, "a" * 41, "a" * 39 + ";", "$(touch pwned)", "`id`", "", None, 123,

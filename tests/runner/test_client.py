@@ -11,7 +11,7 @@ from typing import Callable, Iterator
 import pytest
 
 from runners.client import Aborted, Client, LeaseLost, RetryPolicy, ServiceError
-from tests.runner.conftest import free_port
+from tests.support.runner_harness import free_port
 
 FAST = RetryPolicy(base_delay_s=0.05, max_delay_s=0.2, budget_s=5.0)
 

@@ -6,7 +6,7 @@ import sys
 import threading
 
 from runners.execute import LogShipper, resolve_argv, run
-from tests.runner.conftest import pid_alive, wait_for
+from tests.support.runner_harness import pid_alive, wait_for
 
 
 def test_output_is_shipped_in_bounded_chunks_and_reassembles_exactly():

@@ -5,7 +5,12 @@ from __future__ import annotations
 import signal
 import time
 
-from tests.runner.conftest import Harness, pid_alive, wait_for
+import pytest
+
+from tests.support.runner_harness import Harness, pid_alive, wait_for
+
+# Each stages a fault through real processes and waits on real timeouts (4-16 s each).
+pytestmark = pytest.mark.slow
 
 
 def test_server_down_for_10_s_mid_job_the_result_lands_once(make_harness, sqlite_url):

@@ -5,7 +5,7 @@ from __future__ import annotations
 import signal
 import stat
 
-from tests.runner.conftest import Harness
+from tests.support.runner_harness import Harness
 
 
 def test_three_jobs_run_at_their_commits_and_results_are_stored(make_harness, database_url):

@@ -11,7 +11,7 @@ import pytest
 from runners.agent import Agent, Config, RunnerError, resolve_labels
 from runners.client import RetryPolicy
 from runners.facts import Facts, detect
-from tests.runner.conftest import Harness
+from tests.support.runner_harness import Harness
 
 CPU = Facts(platform="cpu", python="3.11", os="Linux", cpu_model="test cpu", cpu_count=2)
 CUDA = Facts(platform="cuda", python="3.11", os="Linux", cpu_model="x", cpu_count=64, torch="2.5.0", cuda="12.4",

@@ -51,7 +51,7 @@ def claim_all(db: Database, runner_ids: list[int]) -> tuple[Counter, list[BaseEx
 
 def claim_race(url: str, jobs: int, runners: int) -> tuple[Database, Counter]:
     from app.web import create_app
-    from tests.conftest import make_settings
+    from tests.support.settings import make_settings
     db = create_app(make_settings(url)).extensions["parallax.db"]
     claimed, errors = claim_all(db, seed(db, jobs, runners))
     assert errors == []

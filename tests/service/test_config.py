@@ -2,7 +2,7 @@
 import pytest
 
 from app.core.config import ConfigError, load_settings, parse_catalogue
-from tests.conftest import REPO_ROOT
+from tests.support.settings import REPO_ROOT
 
 
 def test_defaults_match_the_contract():

@@ -7,7 +7,7 @@ from app.core.db import make_engine
 from app.core.migrate import SchemaBehind, current_revision, head_revision, upgrade
 from app.core.models import Base
 from app.web import create_app
-from tests.conftest import make_settings
+from tests.support.settings import make_settings
 
 
 def test_models_and_migrations_agree(database_url):

@@ -6,7 +6,7 @@ from sqlalchemy import func, select
 
 from app.core.models import Job, JobState, Run
 from runners.results import ResultsError, loads, validate
-from tests.service.helpers import SHA_A, claim, document, queue_jobs, register
+from tests.support.service_api import SHA_A, claim, document, queue_jobs, register
 
 
 def mutate(path, value):

@@ -6,7 +6,7 @@ import pytest
 from sqlalchemy import func, select, update
 
 from app.core.models import Job, JobState, Measurement, Run, Runner
-from tests.service.helpers import SHA_A, SHA_B, claim, document, queue_jobs, raw, register
+from tests.support.service_api import SHA_A, SHA_B, claim, document, queue_jobs, raw, register
 
 
 def expire_lease(db, job_id):
@@ -49,7 +49,7 @@ def test_registration_with_wrong_token_is_401(client):
 
 
 def test_registration_needs_a_platform_label(client, app):
-    from tests.service.helpers import registration_token
+    from tests.support.service_api import registration_token
     response = client.post("/api/v1/runners", json={"name": "x", "labels": {}},
                            headers={"Authorization": f"Bearer {registration_token(app)}"})
     assert response.status_code == 422
@@ -206,7 +206,7 @@ def test_logs_are_appended_in_order(client, held, db):
 
 def test_logs_are_capped_per_job(client, app, db):
     from app.web import create_app
-    from tests.conftest import make_settings
+    from tests.support.settings import make_settings
     settings = make_settings(app.extensions["parallax.settings"].database_url, log_cap_bytes=100)
     small = create_app(settings).test_client()
     queue_jobs(small, SHA_A, suite="decode-throughput", platform="cpu")
@@ -373,20 +373,20 @@ def test_queueing_the_same_commit_twice_is_deduplicated(client):
 
 
 def test_queue_rejects_a_short_sha(client):
-    from tests.service.helpers import admin_headers
+    from tests.support.service_api import admin_headers
     response = client.post("/api/v1/jobs", json={"repository": "demo/engine", "commit": "abc123"},
                            headers=admin_headers())
     assert response.status_code == 422 and response.get_json()["field"] == "commit"
 
 
 def test_queue_rejects_an_unknown_repository(client):
-    from tests.service.helpers import admin_headers
+    from tests.support.service_api import admin_headers
     response = client.post("/api/v1/jobs", json={"repository": "nope/nope", "commit": SHA_A}, headers=admin_headers())
     assert response.status_code == 404
 
 
 def test_queue_rejects_a_platform_the_suite_does_not_run_on(client):
-    from tests.service.helpers import admin_headers
+    from tests.support.service_api import admin_headers
     response = client.post("/api/v1/jobs", json={"repository": "demo/engine", "commit": SHA_A, "suite": "gsm8k",
                                                  "platform": "cpu"}, headers=admin_headers())
     assert response.status_code == 422

@@ -1,4 +1,4 @@
-from tests.service.helpers import SHA_A, claim, document, queue_jobs, raw, register
+from tests.support.service_api import SHA_A, claim, document, queue_jobs, raw, register
 
 
 def test_healthz(client):

@@ -5,7 +5,7 @@ from sqlalchemy import select
 
 from app.auth.tokens import create_user
 from app.core.models import Alert, Commit, Repository, User
-from tests.service.helpers import SHA_A
+from tests.support.service_api import SHA_A
 
 
 def token_for(db, name, role="maintainer"):

@@ -7,8 +7,7 @@ import threading
 import pytest
 import torch
 
-from scheduler_core.device import (DEFAULT_STREAM, Call, CpuDevice, CudaDevice, RecordingDevice,
-                                   make_device)
+from scheduler_core.device import DEFAULT_STREAM, Call, CpuDevice, CudaDevice, RecordingDevice, make_device
 from scheduler_core.platform import Platform, PlatformError
 
 needs_gpu = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA or ROCm GPU")

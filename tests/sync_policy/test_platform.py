@@ -7,9 +7,17 @@ import json
 import pytest
 
 from runners import results
-from scheduler_core.platform import (DEFAULT_POLICIES, OVERRIDE_ENV, Platform, PlatformError,
-                                     SyncPolicy, default_policy, detect_hardware, detect_platform,
-                                     resolve_policy)
+from scheduler_core.platform import (
+    DEFAULT_POLICIES,
+    OVERRIDE_ENV,
+    Platform,
+    PlatformError,
+    SyncPolicy,
+    default_policy,
+    detect_hardware,
+    detect_platform,
+    resolve_policy,
+)
 
 ALL_VENDORS = ["cuda", "rocm", "cpu"]
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from tests.conftest import ADMIN_TOKEN
+from tests.support.settings import ADMIN_TOKEN
 
 SHA_A = "a" * 40
 SHA_B = "b" * 40

@@ -1,0 +1,1 @@
+"""Helpers the tests share (fixtures stay in conftest modules; what they build lives here)."""
