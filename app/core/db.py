@@ -11,11 +11,13 @@ from __future__ import annotations
 
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Iterator
+from typing import Any, Iterator, TypeVar
 
-from sqlalchemy import Engine, create_engine, event, text
+from sqlalchemy import Engine, create_engine, event, select, text
 from sqlalchemy.engine import make_url
 from sqlalchemy.orm import Session, sessionmaker
+
+M = TypeVar("M")
 
 
 def make_engine(url: str) -> Engine:
@@ -70,3 +72,14 @@ class Database:
     def ping(self) -> None:
         with self.engine.connect() as conn:
             conn.execute(text("SELECT 1"))
+
+
+def get_or_create(session: Session, model: type[M], defaults: dict[str, Any] | None = None, **keys: Any) -> M:
+    """The row of `model` with these key values, added with `defaults` too (and flushed, so it
+    has its id) when missing. Callers that can race on a unique key retry on IntegrityError."""
+    row = session.scalar(select(model).filter_by(**keys).limit(1))
+    if row is None:
+        row = model(**keys, **(defaults or {}))
+        session.add(row)
+        session.flush()
+    return row

@@ -18,6 +18,7 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from app.core.clock import utcnow
+from app.core.db import get_or_create
 from app.core.models import Branch, BranchCommit, Commit, CommitParent, PullRequest, Repository
 from app.git.mirror import CommitInfo, Mirror
 
@@ -73,12 +74,7 @@ def record_commits(session: Session, repository: Repository, infos: Sequence[Com
 
 
 def get_branch(session: Session, repository: Repository, name: str) -> Branch:
-    branch = session.scalar(select(Branch).where(Branch.repository_id == repository.id, Branch.name == name))
-    if branch is None:
-        branch = Branch(repository_id=repository.id, name=name)
-        session.add(branch)
-        session.flush()
-    return branch
+    return get_or_create(session, Branch, repository_id=repository.id, name=name)
 
 
 def active_positions(session: Session, branch: Branch, shas: Sequence[str]) -> dict[str, int]:
@@ -189,11 +185,7 @@ def record_pull_request(session: Session, repository: Repository, mirror: Mirror
     if merge_base:
         infos += mirror.commit_info([merge_base])
     known = record_commits(session, repository, infos or mirror.commit_info([head]))
-    pull = session.scalar(select(PullRequest).where(PullRequest.repository_id == repository.id,
-                                                    PullRequest.number == number))
-    if pull is None:
-        pull = PullRequest(repository_id=repository.id, number=number, base_branch=base_branch)
-        session.add(pull)
+    pull = get_or_create(session, PullRequest, {"base_branch": base_branch}, repository_id=repository.id, number=number)
     pull.title = (title or "")[:500] or None
     pull.base_branch = base_branch
     pull.head_commit_id = known[head].id

@@ -9,6 +9,7 @@ from sqlalchemy import inspect, select
 from sqlalchemy.orm import Session
 
 from app.core.config import Settings
+from app.core.db import get_or_create
 from app.core.models import Platform, Repository, Suite
 
 
@@ -24,10 +25,8 @@ def sync_catalogue(session: Session, settings: Settings) -> None:
     names = set(settings.platforms)
     for spec in settings.suites:
         names.update(spec.platforms)
-        suite = session.scalar(select(Suite).where(Suite.name == spec.name))
-        if suite is None:
-            suite = Suite(name=spec.name)
-            session.add(suite)
+        suite = get_or_create(session, Suite, {"command": list(spec.command), "platforms": list(spec.platforms)},
+                              name=spec.name)
         suite.command = list(spec.command)
         suite.platforms = list(spec.platforms)
         suite.labels = dict(spec.labels)

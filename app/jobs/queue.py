@@ -16,7 +16,7 @@ from sqlalchemy.orm import Session
 
 from app.core import signals
 from app.core.clock import utcnow
-from app.core.db import Database, is_sqlite
+from app.core.db import Database, get_or_create, is_sqlite
 from app.core.duties import Duty
 from app.core.errors import Conflict, Forbidden, Invalid, NotFound
 from app.core.models import (
@@ -41,12 +41,7 @@ ACTIVE_STATES = (JobState.queued, JobState.running)
 # ---------------------------------------------------------------- enqueue
 
 def get_or_create_commit(session: Session, repository: Repository, sha: str) -> Commit:
-    commit = session.scalar(select(Commit).where(Commit.repository_id == repository.id, Commit.sha == sha))
-    if commit is None:
-        commit = Commit(repository_id=repository.id, sha=sha)
-        session.add(commit)
-        session.flush()
-    return commit
+    return get_or_create(session, Commit, repository_id=repository.id, sha=sha)
 
 
 def enqueue(session: Session, repository: Repository, commit: Commit, suite: Suite, platform: str, *,
