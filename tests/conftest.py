@@ -9,11 +9,13 @@ from typing import Iterator
 
 import pytest
 import sqlalchemy as sa
+from flask import Flask
 
 from app.core.migrate import upgrade
 from app.core.models import Base
 from app.core.scratch import postgres_unreachable, scratch_postgres
 from app.git.workdir import git
+from app.jobs.catalogue import sync_catalogue
 from app.web import create_app
 from tests.support.live_server import LiveServer
 from tests.support.settings import ADMIN_TOKEN, DEFAULT_PG, REPO_ROOT, SHARED, SUITES, make_settings  # noqa: F401
@@ -88,8 +90,27 @@ def settings(database_url: str):  # type: ignore[no-untyped-def]
     return make_settings(database_url)
 
 
+@pytest.fixture(scope="session")
+def postgres_apps() -> Iterator[dict[str, Flask]]:
+    """Apps on the session's PostgreSQL database, one per distinct settings, reused across tests
+    (the database is truncated between tests; a SQLite test gets a new file, so a new app)."""
+    apps: dict[str, Flask] = {}
+    yield apps
+    for flask_app in apps.values():
+        flask_app.extensions["parallax.db"].engine.dispose()
+
+
 @pytest.fixture
-def app(settings):  # type: ignore[no-untyped-def]
+def app(settings, postgres_apps):  # type: ignore[no-untyped-def]
+    if settings.database_url.startswith("postgresql"):
+        key = repr(settings)
+        if key not in postgres_apps:
+            postgres_apps[key] = create_app(settings)
+        flask_app = postgres_apps[key]
+        with flask_app.extensions["parallax.db"].session() as session:
+            sync_catalogue(session, settings)  # the truncation between tests removed it
+        yield flask_app
+        return
     flask_app = create_app(settings)
     yield flask_app
     flask_app.extensions["parallax.db"].engine.dispose()
