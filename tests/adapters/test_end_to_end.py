@@ -45,19 +45,27 @@ def facts(platform: str) -> Facts:
                  driver="570.1" if platform == "cuda" else "6.10.5")
 
 
+SUITE = {
+    "name": "sglang-one-batch",
+    "command": [sys.executable, str(FAKE_TOOL), "--batch-size", "1", "32", "--input-len", "1024",
+                "--output-len", "256", "--result-filename", "$PARALLAX_OUTPUT_DIR/one_batch.jsonl"],
+    "adapter": "sglang-bench-one-batch", "outputs": ["one_batch.jsonl"],
+    "platforms": ["cuda", "rocm"], "repeats": 3, "timeout_s": 60,
+    "env": {"SGLANG_ENABLE_TORCH_COMPILE": "0"},
+}
+
+
 @pytest.fixture
-def service(tmp_path: Path, database_url: str) -> Any:
+def suite() -> dict[str, Any]:
+    return dict(SUITE)
+
+
+@pytest.fixture
+def service(tmp_path: Path, database_url: str, suite: dict[str, Any]) -> Any:
     from app.core.config import RepositorySpec, parse_catalogue
     from app.web import create_app
     repo = engine_repo(tmp_path)
-    catalogue = parse_catalogue({"suites": [{
-        "name": "sglang-one-batch",
-        "command": [sys.executable, str(FAKE_TOOL), "--batch-size", "1", "32", "--input-len", "1024",
-                    "--output-len", "256", "--result-filename", "$PARALLAX_OUTPUT_DIR/one_batch.jsonl"],
-        "adapter": "sglang-bench-one-batch", "outputs": ["one_batch.jsonl"],
-        "platforms": ["cuda", "rocm"], "repeats": 3, "timeout_s": 60,
-        "env": {"SGLANG_ENABLE_TORCH_COMPILE": "0"},
-    }]})
+    catalogue = parse_catalogue({"suites": [suite]})
     settings = make_settings(database_url, lease_s=30, claim_max_wait_s=1.0, suites=catalogue["suites"],
                              repositories=(RepositorySpec(name="sgl-project/sglang", url=str(repo)),))
     flask_app = create_app(settings)
@@ -132,3 +140,31 @@ def test_one_batch_suite_stores_sweep_metrics_and_a_rocm_only_slowdown_alerts_on
         assert all(c.classification == "platform_specific" for c in decode_changes), described
         assert all(c.relative_change == pytest.approx(-0.2, abs=0.03) for c in decode_changes)
         assert all(shas[SLOW_FROM] in c.suspected_commits for c in decode_changes), described
+
+
+BROKEN_BUILD = [sys.executable, "-c", "import sys; print('compiling kernels'); sys.exit('error: kernel build failed')"]
+
+
+@pytest.mark.parametrize("suite", [dict(SUITE, setup=BROKEN_BUILD)])
+def test_a_failing_setup_is_reported_as_a_build_failure_and_nothing_is_measured(service, tmp_path, suite):
+    flask_app, server, repo = service
+    client = flask_app.test_client()
+    sha = git(repo, "rev-parse", "HEAD").strip()
+    reply = client.post("/api/v1/jobs", json={"repository": "sgl-project/sglang", "commit": sha, "platform": "rocm"},
+                        headers={"Authorization": f"Bearer {ADMIN_TOKEN}"})
+    (job_id,) = [job["id"] for job in reply.get_json()["jobs"]]
+    agent, thread = start_runner(flask_app, server, tmp_path, "rocm")
+    try:
+        job = wait_for(lambda: (j := client.get(f"/api/v1/jobs/{job_id}").get_json())["state"] == "failed" and j,
+                       60, "the job to fail")
+    finally:
+        agent.stop_at = time.monotonic()
+        thread.join(30)
+    assert job["failure_kind"] == "build" and job["attempt"] == 1
+    assert job["failure_reason"].startswith("build failed: setup exited with status 1")
+    assert "kernel build failed" in job["failure_reason"]
+    setup_log = tmp_path / "work-rocm" / "logs" / f"job-{job_id}-1-setup.log"
+    assert "compiling kernels" in setup_log.read_text()
+    from app.core.models import Run
+    with flask_app.extensions["parallax.db"].session() as session:
+        assert session.scalars(select(Run)).first() is None
