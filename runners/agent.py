@@ -12,6 +12,7 @@ import json
 import logging
 import os
 import re
+import shutil
 import signal
 import socket
 import threading
@@ -24,8 +25,8 @@ from typing import Any
 from runners import execute
 from runners.checkout import CheckoutError, Workspace, validate_sha
 from runners.client import Aborted, Client, LeaseLost, RetryPolicy, ServiceError, Unauthorized
-from runners.facts import REAL_PLATFORMS, Facts, detect
-from runners.results import ResultsError, loads
+from runners.facts import REAL_PLATFORMS, Facts, detect, engine_version, environment_facts, probe_torch
+from runners.results import ResultsError, loads, to_json
 
 log = logging.getLogger("parallax.runner")
 SIM_DEVICE_RE = re.compile(r"sim:[A-Za-z0-9._-]+")
@@ -34,6 +35,17 @@ LOCK_FILE = "runner.lock"
 RUNNING_FILE = "running.json"
 # Never handed to a job: the job runs code from arbitrary commits.
 SECRET_ENV = ("PARALLAX_REGISTRATION_TOKEN", "PARALLAX_RUNNER_TOKEN", "PARALLAX_ADMIN_TOKEN")
+# The `kind` sent with /fail when the suite's setup failed: the commit could not be built, so
+# detection has no measurement to use and a bisect skips the commit.
+BUILD_FAILURE = "build"
+
+
+def suite_env(job: dict[str, Any]) -> dict[str, str]:
+    """The suite's `env`, as strings; PARALLAX_* names are the runner's and are not taken."""
+    raw = job.get("env") or {}
+    if not isinstance(raw, dict):
+        return {}
+    return {str(k): str(v) for k, v in raw.items() if not str(k).startswith("PARALLAX_") and k not in SECRET_ENV}
 
 
 class RunnerError(Exception):
@@ -226,6 +238,7 @@ class Agent:
             log.info("removed leftover %s", removed)
         for leftover in (self.work_dir / "results").glob("*"):
             leftover.unlink(missing_ok=True)
+        shutil.rmtree(self.work_dir / "outputs", ignore_errors=True)  # a crashed job's tool output
         if self.facts is None:
             self.facts = detect()
         labels = resolve_labels(self.facts, self.config.labels, self.config.sim_device)
@@ -315,6 +328,7 @@ class Agent:
 
     def job_env(self, job: dict[str, Any], results_path: Path, worktree: Path) -> dict[str, str]:
         env = {k: v for k, v in os.environ.items() if k not in SECRET_ENV}
+        env.update(suite_env(job))  # the suite's own variables; the PARALLAX_* ones below win
         env.update(PARALLAX_RESULTS=str(results_path), PARALLAX_PLATFORM=str(job["platform"]),
                    PARALLAX_REPEATS=str(job.get("repeats", 1)), PARALLAX_JOB_ID=str(job["id"]),
                    PARALLAX_ATTEMPT=str(job["attempt"]), PARALLAX_COMMIT=str(job["commit"]),
@@ -348,6 +362,8 @@ class Agent:
             if state.worktree is not None:
                 self.workspace.release(state.mirror, state.worktree)
             results_path.unlink(missing_ok=True)
+            if state.output_root is not None:
+                shutil.rmtree(state.output_root, ignore_errors=True)
             (self.work_dir / RUNNING_FILE).unlink(missing_ok=True)
 
     def heartbeat_interval(self, job: dict[str, Any]) -> float:
@@ -387,21 +403,122 @@ class Agent:
         results_path.parent.mkdir(parents=True, exist_ok=True)
         results_path.unlink(missing_ok=True)
         timeout_s = float(job.get("timeout_s") or 1800)
+        env = self.job_env(job, results_path, worktree)
+        output_root = self.work_dir / "outputs" / f"job-{state.job_id}-{state.attempt}"
+        shutil.rmtree(output_root, ignore_errors=True)
+        state.output_root = output_root
+        if job.get("adapter") and self.is_simulated(job):
+            return ("fail", f"suite {job.get('suite')!r} reads a real engine's output through adapter "
+                            f"{job.get('adapter')!r}; it cannot run on the simulated platform {job.get('platform')!r}",
+                    False)
+        if job.get("setup"):
+            failed = self.run_setup(job, state, shipper, worktree, env)
+            if failed is not None:
+                return failed
+        if job.get("adapter"):
+            return self.run_adapter_job(job, state, shipper, worktree, env, timeout_s)
+        output_dir = output_root / "run-1"
+        output_dir.mkdir(parents=True)
+        env.update(PARALLAX_OUTPUT_DIR=str(output_dir), PARALLAX_RUN="1")
+        outcome = self.run_command(execute.substitute(argv, env), worktree, env, timeout_s, state, shipper, "command")
+        failed = self.outcome_verdict(outcome, timeout_s, shipper, "command")
+        if failed is not None:
+            return failed
+        return self.verdict(job, results_path, shipper)
 
+    def is_simulated(self, job: dict[str, Any]) -> bool:
+        return str(job.get("platform", "")).endswith("-sim") or self.config.sim_device is not None
+
+    def run_command(self, argv: list[str], worktree: Path, env: dict[str, str], timeout_s: float,
+                    state: "JobState", shipper: execute.LogShipper, what: str,
+                    output: Any = None) -> execute.Outcome:
         def started(proc: Any) -> None:
             record = {"pgid": proc.pid, "job_id": state.job_id, "attempt": state.attempt,
                       "create_time": _create_time(proc.pid)}
             write_private(self.work_dir / RUNNING_FILE, json.dumps(record))
 
-        outcome = execute.run(argv, cwd=worktree, env=self.job_env(job, results_path, worktree), timeout_s=timeout_s,
-                              output=shipper.write, interrupt=lambda: self.interrupt_reason(state),
+        outcome = execute.run(argv, cwd=worktree, env=env, timeout_s=timeout_s, output=output or shipper.write,
+                              interrupt=lambda: self.interrupt_reason(state),
                               kill_grace_s=self.config.kill_grace_s, on_start=started)
-        shipper.write(f"\n[parallax-runner] command ended after {outcome.duration_s:.1f} s: "
+        shipper.write(f"\n[parallax-runner] {what} ended after {outcome.duration_s:.1f} s: "
                       f"{outcome.stopped_by or f'exit status {outcome.exit_code}'}\n")
-        return self.verdict(job, outcome, results_path, timeout_s, shipper)
+        return outcome
 
-    def verdict(self, job: dict[str, Any], outcome: execute.Outcome, results_path: Path, timeout_s: float,
-                shipper: execute.LogShipper) -> tuple[Any, ...]:
+    def run_setup(self, job: dict[str, Any], state: "JobState", shipper: execute.LogShipper, worktree: Path,
+                  env: dict[str, str]) -> tuple[Any, ...] | None:
+        """The suite's `setup` argv, once per job before measuring, with its own time limit. Its
+        output goes to the job log and to logs/job-<id>-<attempt>-setup.log; a failure is a build
+        failure: the commit could not be prepared, nothing was measured."""
+        try:
+            argv = execute.substitute(execute.resolve_argv(job["setup"]), env)
+        except ValueError as exc:
+            return ("fail", f"bad suite setup: {exc}", False)
+        limit_s = float(job.get("setup_timeout_s") or 1800)
+        log_dir = self.work_dir / "logs"
+        log_dir.mkdir(parents=True, exist_ok=True)
+        log_path = log_dir / f"job-{state.job_id}-{state.attempt}-setup.log"
+        shipper.write(f"[parallax-runner] setup (limit {limit_s:.0f} s): {' '.join(argv)}\n")
+        with open(log_path, "wb") as kept:
+            def tee(data: bytes) -> None:
+                kept.write(data)
+                shipper.write(data)
+            outcome = self.run_command(argv, worktree, env, limit_s, state, shipper, "setup", output=tee)
+        failed = self.outcome_verdict(outcome, limit_s, shipper, "setup")
+        if failed is None:
+            return None
+        if failed[0] != "fail":
+            return failed
+        return ("fail", f"build failed: {failed[1]} (setup log kept in {log_path})", False, BUILD_FAILURE)
+
+    def run_adapter_job(self, job: dict[str, Any], state: "JobState", shipper: execute.LogShipper, worktree: Path,
+                        env: dict[str, str], timeout_s: float) -> tuple[Any, ...]:
+        """Run the measured command `repeats` times, each into its own $PARALLAX_OUTPUT_DIR, then
+        let the suite's adapter turn the runs' output files into one results document."""
+        from runners.adapters.base import AdapterError
+        from runners.adapters.registry import build_document, get
+        try:
+            get(str(job["adapter"]))
+        except KeyError as exc:
+            return ("fail", f"bad suite: {exc.args[0]} (this runner is older or newer than the service?)", False)
+        repeats = max(1, int(job.get("repeats") or 1))
+        deadline = time.monotonic() + timeout_s
+        run_dirs: list[Path] = []
+        assert state.output_root is not None
+        for run in range(1, repeats + 1):
+            run_dir = state.output_root / f"run-{run}"
+            run_dir.mkdir(parents=True)
+            run_dirs.append(run_dir)
+            run_env = dict(env, PARALLAX_OUTPUT_DIR=str(run_dir), PARALLAX_RUN=str(run), PARALLAX_REPEATS=str(repeats))
+            argv = execute.substitute(execute.resolve_argv(job["command"]), run_env)
+            shipper.write(f"[parallax-runner] run {run} of {repeats}\n")
+            left = max(0.0, deadline - time.monotonic())
+            outcome = self.run_command(argv, worktree, run_env, left, state, shipper, f"run {run} of {repeats}")
+            failed = self.outcome_verdict(outcome, timeout_s, shipper, f"run {run} of {repeats}")
+            if failed is not None:
+                return failed
+        context = {"outputs": list(job.get("outputs") or []), "repeats": repeats, "env": suite_env(job),
+                   "command": list(job["command"])}
+        try:
+            raw = build_document(str(job["adapter"]), run_dirs, list(job.get("outputs") or []),
+                                 suite=str(job["suite"]), context=context,
+                                 environment=self.environment_block(job, worktree))
+        except (AdapterError, ResultsError) as exc:
+            shipper.write(f"[parallax-runner] adapter {job['adapter']} refused the output: {exc}\n")
+            return ("fail", f"adapter {job['adapter']}: {exc}", False)
+        shipper.write(f"[parallax-runner] adapter {job['adapter']} made a results document of {len(raw)} bytes "
+                      f"from {repeats} run(s)\n")
+        return ("complete", raw)
+
+    def environment_block(self, job: dict[str, Any], worktree: Path) -> dict[str, Any]:
+        """Facts for an adapter's document; torch is probed again, as setup may have replaced it."""
+        assert self.facts is not None
+        fresh = probe_torch() if job.get("setup") else {}
+        return environment_facts(self.facts, str(job["platform"]), engine_version(worktree),
+                                 torch_version=fresh.get("torch") if fresh else None)
+
+    def outcome_verdict(self, outcome: execute.Outcome, timeout_s: float, shipper: execute.LogShipper,
+                        what: str) -> tuple[Any, ...] | None:
+        """None when the command exited 0, else the verdict its ending calls for."""
         tail = shipper.tail_text()
         with_tail = f"\n--- last lines of the log ---\n{tail}" if tail.strip() else ""
         if outcome.stopped_by == "lease_lost":
@@ -412,13 +529,19 @@ class Agent:
             return ("handback", f"handed back: runner shutting down ({self.stop_signal}); the job did not finish "
                                 f"within the {self.config.grace_s:.0f} s grace period")
         if outcome.stopped_by == "timeout":
-            return ("fail", f"timeout: the command ran longer than {timeout_s:.0f} s; its process group was "
+            return ("fail", f"timeout: the {what} ran longer than {timeout_s:.0f} s; its process group was "
                             f"killed{with_tail}", False)
         if outcome.exit_code != 0:
             code = outcome.exit_code
             # Killed by a signal (OOM killer, a reboot) is worth another try; a non-zero exit is not.
             described = f"was killed by signal {-code}" if code is not None and code < 0 else f"exited with status {code}"
-            return ("fail", f"command {described}{with_tail}", code is not None and code < 0)
+            return ("fail", f"{what} {described}{with_tail}", code is not None and code < 0)
+        return None
+
+    def verdict(self, job: dict[str, Any], results_path: Path, shipper: execute.LogShipper) -> tuple[Any, ...]:
+        """The results document a command without an adapter wrote, checked."""
+        tail = shipper.tail_text()
+        with_tail = f"\n--- last lines of the log ---\n{tail}" if tail.strip() else ""
         if not results_path.is_file():
             return ("fail", f"command exited 0 but wrote no results document to $PARALLAX_RESULTS{with_tail}", False)
         raw = results_path.read_bytes()
@@ -429,13 +552,17 @@ class Agent:
         if document.suite != job.get("suite"):
             return ("fail", f"invalid results document: suite is {document.suite!r} but the job runs "
                             f"{job.get('suite')!r}", False)
-        simulated_platform = str(job.get("platform", "")).endswith("-sim") or self.config.sim_device is not None
+        simulated_platform = self.is_simulated(job)
         if simulated_platform and document.environment.get("simulated") is not True:
             return ("fail", f"invalid results document: environment.simulated must be true on the simulated "
                             f"platform {job.get('platform')!r}; simulated numbers are never reported as measured", False)
         if not simulated_platform and document.simulated:
             return ("fail", f"invalid results document: environment.simulated is true but platform "
                             f"{job.get('platform')!r} is a real one", False)
+        if suite_env(job):
+            data = to_json(document)
+            data["context"] = {**document.context, "env": suite_env(job)}
+            raw = json.dumps(data, allow_nan=False).encode()
         return ("complete", raw)
 
     def report(self, job: dict[str, Any], state: "JobState", verdict: tuple[Any, ...],
@@ -456,7 +583,8 @@ class Agent:
                 log.info("job %d: handed back (job now %s)", state.job_id, answer.get("state"))
             else:
                 reason, retryable = verdict[1], verdict[2]
-                answer = self.client.fail(state.job_id, state.attempt, reason, retryable,
+                kind = verdict[3] if len(verdict) > 3 else None
+                answer = self.client.fail(state.job_id, state.attempt, reason, retryable, kind=kind,
                                           budget_s=self.upload_budget())
                 log.info("job %d: reported failure (%s; job now %s): %s", state.job_id,
                          "retryable" if retryable else "final", answer.get("state"), reason.splitlines()[0])
@@ -487,6 +615,7 @@ class JobState:
     lease_lost: threading.Event = field(default_factory=threading.Event)
     worktree: Path | None = None
     mirror: Path | None = None
+    output_root: Path | None = None  # outputs/job-<id>-<attempt>: one run-<n> directory per repeat
 
 
 class HeartbeatThread(threading.Thread):

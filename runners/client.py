@@ -171,9 +171,11 @@ class Client:
         return response.status_code
 
     def fail(self, job_id: int, attempt: int, reason: str, retryable: bool, *, handback: bool = False,
-             budget_s: float | None = None) -> dict[str, Any]:
+             kind: str | None = None, budget_s: float | None = None) -> dict[str, Any]:
         body: dict[str, Any] = {"reason": reason, "retryable": retryable, "attempt": attempt}
         if handback:
             body["handback"] = True
+        if kind is not None:
+            body["kind"] = kind  # "build": the suite's setup failed; nothing was measured
         response = self.request("POST", f"/jobs/{job_id}/fail", json=body, budget_s=budget_s)
         return self.check(response, f"fail job {job_id}").json()

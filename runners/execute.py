@@ -9,6 +9,7 @@ import collections
 import ctypes
 import logging
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -232,3 +233,21 @@ def run(argv: list[str], *, cwd: Path, env: dict[str, str], timeout_s: float, ou
         proc.stdout.close()
     return Outcome(exit_code=None if stopped_by else exit_code, stopped_by=stopped_by,
                    duration_s=time.monotonic() - started)
+
+
+# Variables a suite's argv may name, as $NAME or ${NAME}; the argv never goes through a shell.
+ARGV_VARIABLES = ("PARALLAX_OUTPUT_DIR", "PARALLAX_WORKTREE", "PARALLAX_RUN", "PARALLAX_REPEATS",
+                  "PARALLAX_PLATFORM", "PARALLAX_COMMIT", "PARALLAX_SUITE")
+
+
+def substitute(argv: list[str], env: dict[str, str]) -> list[str]:
+    """Replace the PARALLAX_* variables above in each argument with their values for this run
+    (e.g. `--result-filename $PARALLAX_OUTPUT_DIR/one_batch.jsonl`)."""
+    out = []
+    for part in argv:
+        for name in ARGV_VARIABLES:
+            if name in env:
+                part = part.replace("${" + name + "}", env[name])
+                part = re.sub(r"\$" + name + r"(?![A-Za-z0-9_])", lambda _m, v=env[name]: v, part)
+        out.append(part)
+    return out

@@ -15,6 +15,7 @@ import shutil
 import subprocess
 import sys
 from dataclasses import asdict, dataclass, field
+from pathlib import Path
 from typing import Any
 
 REAL_PLATFORMS = ("cuda", "rocm", "cpu")
@@ -163,3 +164,48 @@ def detect(python: str = sys.executable) -> Facts:
 
 if __name__ == "__main__":
     print(json.dumps(detect().as_dict(), indent=2))
+
+
+# Where an engine's checkout states its version, tried in order (path, regex on the file).
+VERSION_FILES = (
+    ("python/sglang/version.py", r"__version__\s*=\s*[\"']([^\"']+)[\"']"),    # SGLang
+    ("vllm/version.py", r"__version__\s*=\s*[\"']([^\"']+)[\"']"),
+    ("lm_eval/__init__.py", r"__version__\s*=\s*[\"']([^\"']+)[\"']"),
+    ("pyproject.toml", r"(?m)^version\s*=\s*[\"']([^\"']+)[\"']"),
+    ("version.txt", r"(\S+)"),
+)
+
+
+def engine_version(worktree: Path) -> dict[str, str | None]:
+    """The checked-out engine's own version string, from the first file above that states one,
+    and `git describe` of the checkout (vLLM's version comes from its tags at build time)."""
+    found: dict[str, str | None] = {"engine_version": None, "engine_version_source": None}
+    for relative, pattern in VERSION_FILES:
+        try:
+            text = (worktree / relative).read_text(errors="replace")
+        except OSError:
+            continue
+        match = re.search(pattern, text)
+        if match:
+            found.update(engine_version=match.group(1), engine_version_source=relative)
+            break
+    try:
+        done = subprocess.run(["git", "describe", "--tags", "--always"], cwd=worktree, capture_output=True,
+                              text=True, timeout=20, stdin=subprocess.DEVNULL)
+        found["git_describe"] = done.stdout.strip() or None if done.returncode == 0 else None
+    except (OSError, subprocess.TimeoutExpired):
+        found["git_describe"] = None
+    return found
+
+
+def environment_facts(facts: Facts, platform: str, engine: dict[str, str | None],
+                      torch_version: str | None = None) -> dict[str, Any]:
+    """The results document's `environment` for a measured engine: GPU model and count, driver,
+    CUDA / ROCm / HIP versions, torch, and the engine's version."""
+    return {
+        "platform": platform, "simulated": False,
+        "device": facts.device, "device_count": facts.device_count, "devices": facts.devices,
+        "driver": facts.driver, "cuda": facts.cuda, "cuda_driver": facts.cuda_driver, "hip": facts.hip,
+        "rocm": facts.rocm, "torch": torch_version or facts.torch, "python": facts.python,
+        "cpu": facts.cpu_model, **engine,
+    }

@@ -18,6 +18,7 @@ COMMANDS = {
     "repo": "app.cli.repos:repo",
     "runner": "runners.cli:runner",
     "serve": "app.cli.serve:serve",
+    "suites": "app.cli.suites:suites",
     "token": "app.cli.tokens:token",
     "user": "app.cli.users:user",
 }

@@ -42,6 +42,14 @@ class SuiteSpec:
     commit_policy: str = "every"
     labels: Mapping[str, str] = field(default_factory=dict)
     max_attempts: int = 3
+    # A tool's own output turned into a results document (runners.adapters.registry); `outputs`
+    # are paths or globs relative to $PARALLAX_OUTPUT_DIR.
+    adapter: str | None = None
+    outputs: tuple[str, ...] = ()
+    # Run once per job before measuring (e.g. install the checked-out engine); failing is a build failure.
+    setup: tuple[str, ...] | None = None
+    setup_timeout_s: int = 1800
+    env: Mapping[str, str] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -88,6 +96,50 @@ def _require(table: Mapping[str, Any], key: str, where: str, kind: type) -> Any:
     return value
 
 
+SUITE_KEYS = frozenset({"name", "command", "platforms", "timeout_s", "repeats", "commit_policy", "labels",
+                        "max_attempts", "adapter", "outputs", "setup", "setup_timeout_s", "env"})
+
+
+def _adapter_keys(table: Mapping[str, Any], where: str, known_platforms: tuple[str, ...]) -> dict[str, Any]:
+    """`adapter`, `outputs`, `setup`, `setup_timeout_s`, `env` of one suite, checked; also any
+    misspelled key and platform, since a typo there silently measures nothing."""
+    from runners.adapters.registry import ADAPTERS
+    unknown = sorted(set(table) - SUITE_KEYS)
+    if unknown:
+        raise ConfigError(f"{where}: unknown key(s) {', '.join(map(repr, unknown))}; known: {', '.join(sorted(SUITE_KEYS))}")
+    for platform in table.get("platforms", ()):
+        if platform not in known_platforms:
+            raise ConfigError(f"{where}.platforms: unknown platform {platform!r}; known: {', '.join(known_platforms)}")
+    adapter = table.get("adapter")
+    outputs = table.get("outputs", [])
+    if adapter is not None and adapter not in ADAPTERS:
+        raise ConfigError(f"{where}.adapter: unknown adapter {adapter!r}; known: {', '.join(sorted(ADAPTERS))}")
+    if not isinstance(outputs, list) or not all(isinstance(o, str) and o.strip() for o in outputs):
+        raise ConfigError(f"{where}.outputs must be a list of paths or globs (strings)")
+    if adapter is not None and not outputs:
+        raise ConfigError(f"{where}.outputs: adapter {adapter!r} needs the files it reads, relative to $PARALLAX_OUTPUT_DIR")
+    if outputs and adapter is None:
+        raise ConfigError(f"{where}.outputs is set but no adapter reads them; add adapter = ...")
+    for output in outputs:
+        if output.startswith("/") or ".." in output.split("/"):
+            raise ConfigError(f"{where}.outputs: {output!r} must be relative to $PARALLAX_OUTPUT_DIR and stay inside it")
+    setup = table.get("setup")
+    if setup is not None and (not isinstance(setup, list) or not setup
+                              or not all(isinstance(part, str) and part for part in setup)):
+        raise ConfigError(f"{where}.setup must be a non-empty list of strings (an argv)")
+    setup_timeout_s = table.get("setup_timeout_s", 1800)
+    if not isinstance(setup_timeout_s, int) or isinstance(setup_timeout_s, bool) or setup_timeout_s <= 0:
+        raise ConfigError(f"{where}.setup_timeout_s must be a positive integer, got {setup_timeout_s!r}")
+    env = table.get("env", {})
+    if not isinstance(env, dict) or not all(isinstance(v, str) for v in env.values()):
+        raise ConfigError(f"{where}.env must be a table of strings, e.g. env = {{ CUDA_VISIBLE_DEVICES = \"0\" }}")
+    reserved = sorted(k for k in env if k.startswith("PARALLAX_"))
+    if reserved:
+        raise ConfigError(f"{where}.env: {', '.join(reserved)} belong to the runner and cannot be set per suite")
+    return {"adapter": adapter, "outputs": tuple(outputs), "setup": tuple(setup) if setup else None,
+            "setup_timeout_s": setup_timeout_s, "env": dict(env)}
+
+
 def parse_catalogue(data: Mapping[str, Any], source: str = "parallax.toml") -> dict[str, Any]:
     """Validate the `[[repositories]]`, `[[suites]]` and `platforms` tables of parallax.toml."""
     repositories = []
@@ -123,6 +175,7 @@ def parse_catalogue(data: Mapping[str, Any], source: str = "parallax.toml") -> d
             commit_policy=policy,
             labels=dict(table.get("labels", {})),
             max_attempts=int(table.get("max_attempts", 3)),
+            **_adapter_keys(table, where, known_platforms=platforms),
         ))
     return {"repositories": tuple(repositories), "suites": tuple(suites), "platforms": platforms}
 

@@ -173,6 +173,11 @@ class Suite(Base):
     repeats: Mapped[int] = mapped_column(Integer, default=5)
     commit_policy: Mapped[str] = mapped_column(String(16), default="every")
     max_attempts: Mapped[int] = mapped_column(Integer, default=3)
+    adapter: Mapped[str | None] = mapped_column(String(64))
+    outputs: Mapped[list[Any]] = mapped_column(JSON, default=list)
+    setup: Mapped[list[Any] | None] = mapped_column(JSON)
+    setup_timeout_s: Mapped[int] = mapped_column(Integer, default=1800)
+    env: Mapped[dict[str, Any]] = mapped_column(JSON, default=dict)
 
 
 class RegistrationToken(Base):
@@ -231,6 +236,8 @@ class Job(Base):
     lease_expires_at: Mapped[datetime | None]
     cancel_requested: Mapped[bool] = mapped_column(Boolean, default=False)
     failure_reason: Mapped[str | None] = mapped_column(Text)
+    # "build" when the suite's setup failed (nothing measured; a bisect skips the commit)
+    failure_kind: Mapped[str | None] = mapped_column(String(16))
     log_bytes: Mapped[int] = mapped_column(Integer, default=0)
     pull_request_id: Mapped[int | None] = mapped_column(ForeignKey("pull_requests.id"))
     bisect_id: Mapped[int | None] = mapped_column(ForeignKey("bisects.id"))

@@ -34,6 +34,11 @@ def sync_catalogue(session: Session, settings: Settings) -> None:
         suite.repeats = spec.repeats
         suite.commit_policy = spec.commit_policy
         suite.max_attempts = spec.max_attempts
+        suite.adapter = spec.adapter
+        suite.outputs = list(spec.outputs)
+        suite.setup = list(spec.setup) if spec.setup else None
+        suite.setup_timeout_s = spec.setup_timeout_s
+        suite.env = dict(spec.env)
     existing = set(session.scalars(select(Platform.name)))
     for name in sorted(names - existing):
         session.add(Platform(name=name, simulated=name.endswith("-sim")))

@@ -255,10 +255,16 @@ def complete(session: Session, runner: Runner, job_id: int, raw: bytes, max_byte
     return run, True
 
 
+# What a runner may say a failure was, besides an ordinary one: "build" — the suite's setup
+# failed, so the commit could not be measured at all (bisect skips it, like `git bisect skip`).
+FAILURE_KINDS = ("build",)
+
+
 def fail(session: Session, runner: Runner, job_id: int, reason: str, retryable: bool,
-         attempt: int | None = None, *, handback: bool = False) -> Job:
+         attempt: int | None = None, *, handback: bool = False, kind: str | None = None) -> Job:
     """Report a failed attempt: retried while attempts are left, else failed for good. A
-    `handback` (the runner is shutting down) requeues without using up an attempt."""
+    `handback` (the runner is shutting down) requeues without using up an attempt. `kind` is
+    kept on the job (`failure_kind`)."""
     job = held_job(session, runner, job_id, attempt)
     moment = utcnow()
     reason = (reason or "no reason given")[:10_000]
@@ -270,6 +276,7 @@ def fail(session: Session, runner: Runner, job_id: int, reason: str, retryable: 
     session.execute(update(JobAttempt).where(JobAttempt.job_id == job.id, JobAttempt.attempt == job.attempt)
                     .values(ended_at=moment, outcome=outcome))
     job.failure_reason = reason
+    job.failure_kind = kind
     job.lease_expires_at = None
     job.runner_id = None
     if outcome in ("retry", "handed_back"):

@@ -31,7 +31,7 @@ def job_json(job: Job) -> dict[str, Any]:
         "id": job.id, "repository": job.repository.name, "commit": job.commit.sha, "suite": job.suite.name,
         "platform": job.platform, "state": job.state.value, "reason": job.reason.value,
         "priority": job.priority, "attempt": job.attempt, "max_attempts": job.max_attempts,
-        "runner_id": job.runner_id, "failure_reason": job.failure_reason,
+        "runner_id": job.runner_id, "failure_reason": job.failure_reason, "failure_kind": job.failure_kind,
         "created_at": as_utc(job.created_at).isoformat(),
         "finished_at": job.finished_at and as_utc(job.finished_at).isoformat(),
     }

@@ -34,6 +34,9 @@ def job_payload(job: Job, repository: Repository, suite: Suite) -> dict[str, Any
         "repository_url": repository.url, "commit": job.commit.sha, "suite": suite.name,
         "command": list(suite.command), "timeout_s": suite.timeout_s, "repeats": suite.repeats,
         "platform": job.platform, "lease_expires_at": as_utc(job.lease_expires_at).isoformat(),
+        "adapter": suite.adapter, "outputs": list(suite.outputs or []),
+        "setup": list(suite.setup) if suite.setup else None, "setup_timeout_s": suite.setup_timeout_s,
+        "env": dict(suite.env or {}),
     }
 
 
@@ -127,7 +130,11 @@ def fail_job(job_id: int):  # type: ignore[no-untyped-def]
     for field, value in (("retryable", retryable), ("handback", handback)):
         if not isinstance(value, bool):
             raise Invalid(f"{field}: must be true or false", extra={"field": field})
-    job = queue.fail(session, runner, job_id, reason, retryable, attempt_arg(body), handback=handback)
+    kind = body.get("kind")
+    if kind not in (None, *queue.FAILURE_KINDS):
+        raise Invalid(f"kind: must be one of {', '.join(queue.FAILURE_KINDS)} or absent, got {kind!r}",
+                      extra={"field": "kind"})
+    job = queue.fail(session, runner, job_id, reason, retryable, attempt_arg(body), handback=handback, kind=kind)
     return jsonify({"id": job.id, "state": job.state.value, "attempt": job.attempt})
 
 
