@@ -331,15 +331,24 @@ def detect_recent(points: Sequence[Sequence[float]], positions: Sequence[int] | 
                   config: DetectorConfig = DEFAULT_CONFIG) -> list[ChangePoint]:
     """Incremental detection: only the last `config.window` points are re-examined (changes
     further back were settled by earlier scans). Indices refer to the whole series."""
+    return analyse_recent(points, positions, config).changes
+
+
+def analyse_recent(points: Sequence[Sequence[float]], positions: Sequence[int] | None = None,
+                   config: DetectorConfig = DEFAULT_CONFIG) -> Analysis:
+    """`analyse` on the last `config.window` points; indices refer to the whole series."""
     offset = max(0, len(points) - config.window)
     recent_positions = None if positions is None else list(positions)[offset:]
     if recent_positions is None:
         recent_positions = list(range(offset, len(points)))
-    changes = detect(list(points)[offset:], recent_positions, config)
+    found = analyse(list(points)[offset:], recent_positions, config)
     # A change close to the window's start is judged on a truncated left side; it was (or was
     # not) found by the scans that saw it with its full context.
     margin = 0 if offset == 0 else config.max_side // 2
-    return [replace(c, index=c.index + offset) for c in changes if c.index >= margin]
+    return Analysis(changes=[replace(c, index=c.index + offset) for c in found.changes if c.index >= margin],
+                    drifts=[replace(d, start=d.start + offset, end=d.end + offset) for d in found.drifts],
+                    noise=None if found.noise is None else replace(found.noise, index=found.noise.index + offset),
+                    period=found.period)
 
 
 def evidence_at(points: Sequence[Sequence[float]], positions: Sequence[int] | None, index: int,
