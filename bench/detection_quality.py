@@ -2,7 +2,8 @@
 
     .venv/bin/python bench/detection_quality.py [--quick] [--no-otava] [--sweep]
 
-Labelled data: the `otava-test-data` generators (run in the peer venv) and this file's seeded
+Labelled data: 42 real histories of public projects annotated by one documented rule
+(bench/data/real/, scored separately on its tuning part and its held-back third), the `otava-test-data` generators (run in the peer venv) and this file's seeded
 generator of performance histories (steps, regression then fix, single outliers, banding,
 noise from 0.5 % to 5 % CV, five raw samples per commit). A predicted change point counts when
 it lies within 5 points of a true one, each true point matched at most once; the covering
@@ -86,6 +87,31 @@ def own_dataset(seed: int, reps: int, length: int) -> list[dict]:
     return [perf_history(rng, pattern, cv, length)
             for cv in CVS for pattern in ("steps", "regression_fix", "outliers", "banding", "noise")
             for _ in range(reps)]
+
+
+REAL_DIR = ROOT / "bench" / "data" / "real"
+REAL_PARTS = ("tuning", "held_back")
+
+
+def real_corpus(part: str) -> list[dict]:
+    """The annotated real histories of one part of bench/data/real/split.json ("tuning" or
+    "held_back"); see bench/data/real/README.md for the sources and the annotation rule."""
+    if part not in REAL_PARTS:
+        raise ValueError(f"real corpus part must be one of {REAL_PARTS}, not {part!r}")
+    split = json.loads((REAL_DIR / "split.json").read_text())
+    out = []
+    for name in split[part]:
+        series = json.loads((REAL_DIR / f"{name}.json").read_text())
+        if not series.get("annotated"):
+            raise ValueError(f"{name}: not annotated")
+        out.append({"source": series["source"]["repository"], "name": name, "pattern": "real",
+                    "values": series["values"], "truth": sorted(c["index"] for c in series["change_points"])})
+    return out
+
+
+def no_change(values: Sequence[float]) -> list[int]:
+    """The trivial answer a detector has to beat: nothing ever changed."""
+    return []
 
 
 def peer_python() -> tuple[Path | None, str]:
@@ -449,11 +475,35 @@ def sweep(seed: int, quick: bool) -> int:
 
 # ---------------------------------------------------------------- main
 
+def print_table(table: dict[str, dict[str, dict]]) -> None:
+    for data_name, rows in table.items():
+        count = next(iter(rows.values()))["series"]
+        print(f"\n{data_name} ({count} series, match within {MARGIN} points)")
+        print(f"{'method':34} {'precision':>9} {'recall':>7} {'F1':>6} {'covering':>9} {'TP':>5} {'FP':>5} "
+              f"{'FN':>5} {'seconds':>8}")
+        for name, row in sorted(rows.items(), key=lambda item: -item[1]["f1"]):
+            print(f"{name:34} {row['precision']:9.3f} {row['recall']:7.3f} {row['f1']:6.3f} {row['covering']:9.3f} "
+                  f"{row['tp']:5d} {row['fp']:5d} {row['fn']:5d} {row['seconds']:8.2f}")
+
+
+def write_result(args: argparse.Namespace, body: dict, name: str) -> None:
+    result = {"command": " ".join([Path(sys.executable).name, *sys.argv]), "seed": args.seed,
+              "quick": args.quick, "machine": platform.platform(), "python": platform.python_version(), **body}
+    out = ROOT / "bench" / "results" / name
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(result, indent=2))
+    print(f"\nwrote {out.relative_to(ROOT)}")
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="fewer series (a smoke run)")
     parser.add_argument("--no-otava", action="store_true", help="skip Apache Otava and otava-test-data")
     parser.add_argument("--seed", type=int, default=7)
+    parser.add_argument("--real-part", choices=[*REAL_PARTS, "both"], default="both",
+                        help="which part of the real corpus to score (tune with 'tuning' only)")
+    parser.add_argument("--real-only", action="store_true",
+                        help="only the real corpus table (no generators, delay, false alerts or latency)")
     parser.add_argument("--sweep", action="store_true",
                         help="only the delay / false-alert trade-off of a few detector configurations")
     args = parser.parse_args()
@@ -461,10 +511,14 @@ def main() -> int:
         return sweep(args.seed, args.quick)
     reps, length = (2, 200) if args.quick else (8, 400)
 
-    notes: list[str] = ["TCPD (the Turing change point dataset) is not on PyPI; no public labelled "
-                        "performance series were obtainable from the registries, so the labelled "
-                        "data are otava-test-data's generators and this bench's own generator."]
-    datasets: dict[str, list[dict]] = {"parallax-generator": own_dataset(args.seed, reps, length)}
+    notes: list[str] = ["real-*: 42 annotated histories from public projects' github-action-benchmark pages "
+                        "(bench/data/real/README.md); TCPD and Apache Otava's test-suite histories are kept out "
+                        "on purpose (the project is measured on them independently)."]
+    datasets: dict[str, list[dict]] = {}
+    for part in (REAL_PARTS if args.real_part == "both" else (args.real_part,)):
+        datasets[f"real-{part}"] = real_corpus(part)
+    if not args.real_only:
+        datasets["parallax-generator"] = own_dataset(args.seed, reps, length)
     python: Path | None = None
     if args.no_otava:
         notes.append("Apache Otava skipped (--no-otava).")
@@ -473,13 +527,15 @@ def main() -> int:
         if python is None:
             notes.append(f"Apache Otava not run: {status}")
         else:
-            datasets["otava-test-data"] = call_peer(python, {"mode": "generate", "seed": args.seed,
-                                                             "cvs": CVS})["series"]
+            if not args.real_only:
+                datasets["otava-test-data"] = call_peer(python, {"mode": "generate", "seed": args.seed,
+                                                                 "cvs": CVS})["series"]
 
     methods: dict[str, Callable[[Sequence[float]], list[int]]] = {
         "parallax (find_change_points)": find_change_points,
         "ruptures PELT l2 + BIC": pelt,
         "ruptures BinSeg l2 + BIC": binseg,
+        "no change (trivial)": no_change,
     }
     table: dict[str, dict[str, dict]] = {}
     for data_name, dataset in datasets.items():
@@ -500,19 +556,16 @@ def main() -> int:
                 "seconds": answer["seconds"]}
         table[data_name] = rows
 
+    if args.real_only:
+        print_table(table)
+        write_result(args, {"table": table, "notes": notes}, "detection_quality_real.json")
+        return 0
     delay = detection_delay(args.seed, 40 if args.quick else 200)
     false = false_alerts(args.seed, 300 if args.quick else 1000, 1 if args.quick else 8)
     latency = incremental_latency(args.seed, 20 if args.quick else 100)
     latency["service"] = service_latency(args.seed, 10 if args.quick else 30, ROOT / "var" / "bench-detection")
 
-    for data_name, rows in table.items():
-        count = next(iter(rows.values()))["series"]
-        print(f"\n{data_name} ({count} series, match within {MARGIN} points)")
-        print(f"{'method':34} {'precision':>9} {'recall':>7} {'F1':>6} {'covering':>9} {'TP':>5} {'FP':>5} "
-              f"{'FN':>5} {'seconds':>8}")
-        for name, row in sorted(rows.items(), key=lambda item: -item[1]["f1"]):
-            print(f"{name:34} {row['precision']:9.3f} {row['recall']:7.3f} {row['f1']:6.3f} {row['covering']:9.3f} "
-                  f"{row['tp']:5d} {row['fp']:5d} {row['fn']:5d} {row['seconds']:8.2f}")
+    print_table(table)
     print(f"\n5 % shift at 2 % CV landing at commit {LANDING}, incremental re-scan after every commit "
           "(share found with the landing commit + 2 / + 3 / + 4 measured; median delay):")
     for label, row in delay.items():

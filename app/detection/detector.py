@@ -34,6 +34,9 @@ import ruptures as rpt
 from ruptures.base import BaseCost
 from scipy import stats
 
+from app.detection.shapes import (DEFAULT_SHAPES, Drift, NoiseChange, ShapeConfig, deseasonalise, drift_groups,
+                                  noise_change, seasonal_period)
+
 MAD_TO_SIGMA = 1.4826
 
 
@@ -49,6 +52,7 @@ class DetectorConfig:
     max_side: int = 60           # commits per side used by the tests (the recent level only)
     window: int = 200            # incremental detection re-examines this many recent commits
     winsor: float = 4.0          # the effect size winsorizes levels this many sigmas from the old median
+    shapes: ShapeConfig = DEFAULT_SHAPES  # seasons, noise-level changes and drifts (app.detection.shapes)
 
 
 DEFAULT_CONFIG = DetectorConfig()
@@ -82,6 +86,20 @@ class Prepared:
     source_index: list[int]                   # index into the caller's points
     spikes: set[int] = field(default_factory=set)  # indices into `levels`
     sigma: float = 0.0
+    scale: np.ndarray = field(default_factory=lambda: np.zeros(0))  # noise sigma at each point
+    period: int | None = None                 # seasonal period removed before segmentation
+    noise: NoiseChange | None = None          # where the noise level changed, if it did
+
+
+@dataclass(frozen=True)
+class Analysis:
+    """Everything one scan finds: level shifts (`changes`, the alerts), drifts over spans (each
+    reported once), where the noise level changed, and the seasonal period taken out."""
+
+    changes: list[ChangePoint]
+    drifts: list[Drift]
+    noise: NoiseChange | None
+    period: int | None
 
 
 class _CumsumL2(BaseCost):
@@ -148,19 +166,32 @@ def prepare(points: Sequence[Sequence[float]], positions: Sequence[int] | None =
         source.append(i)
     levels = np.array(medians, dtype=float)
     prepared = Prepared(levels=levels, samples=samples, positions=kept_positions, source_index=source)
+    if len(levels) >= config.min_points:
+        prepared.period = seasonal_period(levels, config.shapes)
+        if prepared.period is not None:
+            levels = deseasonalise(levels, prepared.period)
+        prepared.noise = noise_change(levels, config.shapes)
     sigma = _floor_sigma(noise_sigma(levels), levels)
     prepared.sigma = sigma
+    scale = np.full(len(levels), sigma)
+    if prepared.noise is not None:
+        # Each noise regime has its own sigma: a noisy stretch must not raise alerts of its own,
+        # nor hide a change in a quiet one.
+        k = prepared.noise.index
+        scale[:k] = _floor_sigma(noise_sigma(levels[:k]), levels)
+        scale[k:] = _floor_sigma(noise_sigma(levels[k:]), levels)
+    prepared.scale = scale
     cleaned = levels.copy()
     if len(levels) >= 3:
         # Cheap screen first: only points far from both direct neighbours can be spikes.
         inner = np.arange(1, len(levels) - 1)
-        far = (np.abs(levels[inner] - levels[inner - 1]) > 0.5 * config.spike_z * sigma) & \
-              (np.abs(levels[inner] - levels[inner + 1]) > 0.5 * config.spike_z * sigma)
+        far = (np.abs(levels[inner] - levels[inner - 1]) > 0.5 * config.spike_z * scale[inner]) & \
+              (np.abs(levels[inner] - levels[inner + 1]) > 0.5 * config.spike_z * scale[inner])
         for i in inner[far]:
             neighbours = np.concatenate([levels[max(0, i - 2):i], levels[i + 1:i + 3]])
             centre = float(np.median(neighbours))
-            if (abs(levels[i] - centre) > config.spike_z * sigma
-                    and abs(levels[i - 1] - levels[i + 1]) < 0.5 * config.spike_z * sigma):
+            if (abs(levels[i] - centre) > config.spike_z * scale[i]
+                    and abs(levels[i - 1] - levels[i + 1]) < 0.5 * config.spike_z * scale[i]):
                 prepared.spikes.add(int(i))
                 cleaned[i] = centre
     prepared.levels = cleaned
@@ -173,7 +204,7 @@ def _segments(prepared: Prepared, config: DetectorConfig) -> list[int]:
         return []
     if float(np.ptp(prepared.levels)) == 0.0:
         return []
-    normalised = (prepared.levels - float(np.median(prepared.levels))) / prepared.sigma
+    normalised = (prepared.levels - float(np.median(prepared.levels))) / prepared.scale
     algo = rpt.Binseg(custom_cost=_CumsumL2(), min_size=config.min_segment, jump=1).fit(normalised)
     ends = algo.predict(pen=config.penalty * math.log(n))
     return [int(e) for e in ends[:-1]]
@@ -201,14 +232,17 @@ def _test_split(prepared: Prepared, start: int, cp: int, end: int, config: Detec
     else:
         p_value = float(stats.mannwhitneyu(left_values, right_values, alternative="two-sided").pvalue)
     before, after = float(np.median(left_levels)), float(np.median(right_levels))
-    spread = prepared.sigma * math.sqrt(1.0 / len(left) + 1.0 / len(right))
+    # The noisier side sets the scale when the noise level changed between the two.
+    sigma = max(float(np.median(prepared.scale[left])), float(np.median(prepared.scale[right]))) \
+        if len(prepared.scale) == len(prepared.levels) else prepared.sigma
+    spread = sigma * math.sqrt(1.0 / len(left) + 1.0 / len(right))
     delta = float(np.mean(right_levels) - np.mean(left_levels))
     effect = abs(delta) / spread
     if config.winsor > 0:
         # One wild commit among the few first ones at a new level must not carry a change alone
         # (the spike rule needs both neighbours, so it cannot see the newest commit yet).
         ref = float(np.median(left_levels))
-        low, high = ref - config.winsor * prepared.sigma, ref + config.winsor * prepared.sigma
+        low, high = ref - config.winsor * sigma, ref + config.winsor * sigma
         clipped = float(np.mean(np.clip(right_levels, low, high)) - np.mean(np.clip(left_levels, low, high)))
         effect = abs(clipped) / spread
     scale = abs(before)
@@ -265,24 +299,56 @@ def detect(points: Sequence[Sequence[float]], positions: Sequence[int] | None = 
     `index` in the result refers to the caller's `points` (points without finite samples are
     skipped, never an error); `good_position`/`bad_position` bound the commits that may hold
     the change when commits between two measured ones were not measured."""
+    return analyse(points, positions, config).changes
+
+
+def analyse(points: Sequence[Sequence[float]], positions: Sequence[int] | None = None,
+            config: DetectorConfig = DEFAULT_CONFIG) -> Analysis:
+    """`detect` with what else the scan saw: level changes that follow each other too closely to
+    be stable levels become one drift over their span (`app.detection.shapes.drift_groups`), and
+    leave the change list; the noise change and the seasonal period come along. Indices refer
+    to the caller's `points`."""
     prepared = prepare(points, positions, config)
-    changes = confirm(prepared, _segments(prepared, config), config)
-    return [replace(c, index=prepared.source_index[c.index]) for c in changes]
+    confirmed = confirm(prepared, _segments(prepared, config), config)
+    groups = drift_groups(prepared.levels, [c.index for c in confirmed], prepared.scale, config.shapes,
+                          config.max_side)
+    absorbed = {j for group in groups for j in group}
+    drifts = []
+    for group in groups:
+        first, last = confirmed[group[0]], confirmed[group[-1]]
+        before, after = first.before, last.after
+        relative = (after - before) / abs(before) if before else 0.0
+        drifts.append(Drift(start=prepared.source_index[first.index], end=prepared.source_index[last.index],
+                            before=before, after=after, relative_change=relative, steps=len(group)))
+    changes = [replace(c, index=prepared.source_index[c.index]) for j, c in enumerate(confirmed) if j not in absorbed]
+    noise = prepared.noise
+    if noise is not None:
+        noise = replace(noise, index=prepared.source_index[noise.index])
+    return Analysis(changes=changes, drifts=drifts, noise=noise, period=prepared.period)
 
 
 def detect_recent(points: Sequence[Sequence[float]], positions: Sequence[int] | None = None,
                   config: DetectorConfig = DEFAULT_CONFIG) -> list[ChangePoint]:
     """Incremental detection: only the last `config.window` points are re-examined (changes
     further back were settled by earlier scans). Indices refer to the whole series."""
+    return analyse_recent(points, positions, config).changes
+
+
+def analyse_recent(points: Sequence[Sequence[float]], positions: Sequence[int] | None = None,
+                   config: DetectorConfig = DEFAULT_CONFIG) -> Analysis:
+    """`analyse` on the last `config.window` points; indices refer to the whole series."""
     offset = max(0, len(points) - config.window)
     recent_positions = None if positions is None else list(positions)[offset:]
     if recent_positions is None:
         recent_positions = list(range(offset, len(points)))
-    changes = detect(list(points)[offset:], recent_positions, config)
+    found = analyse(list(points)[offset:], recent_positions, config)
     # A change close to the window's start is judged on a truncated left side; it was (or was
     # not) found by the scans that saw it with its full context.
     margin = 0 if offset == 0 else config.max_side // 2
-    return [replace(c, index=c.index + offset) for c in changes if c.index >= margin]
+    return Analysis(changes=[replace(c, index=c.index + offset) for c in found.changes if c.index >= margin],
+                    drifts=[replace(d, start=d.start + offset, end=d.end + offset) for d in found.drifts],
+                    noise=None if found.noise is None else replace(found.noise, index=found.noise.index + offset),
+                    period=found.period)
 
 
 def evidence_at(points: Sequence[Sequence[float]], positions: Sequence[int] | None, index: int,

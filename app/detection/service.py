@@ -43,9 +43,12 @@ from app.core.models import (
 )
 from app.detection.detector import (
     DEFAULT_CONFIG,
+    Analysis,
     ChangePoint,
     DetectorConfig,
     PlatformSeries,
+    analyse,
+    analyse_recent,
     classify_change,
     compare_accuracy,
     detect,
@@ -162,6 +165,7 @@ def rescan(db: Database, repository_id: int | None = None,
 def scan_series(session: Session, key: SeriesKey, *, full: bool) -> ScanReport:
     series = load_series(session, key, last=None if full else DEFAULT_CONFIG.window)
     report = ScanReport(series=1)
+    shapes: dict[str, Any] = {}
     if key.is_hazard:
         _hazard_alerts(session, series, report)
         found: list[dict[str, Any]] = []
@@ -171,23 +175,42 @@ def scan_series(session: Session, key: SeriesKey, *, full: bool) -> ScanReport:
         points = [p.samples for p in series.points]
         positions = [p.position for p in series.points]
         config = config_for(key.metric)
-        changes = detect(points, positions, config) if full else detect_recent(points, positions, config)
+        analysis = analyse(points, positions, config) if full else analyse_recent(points, positions, config)
+        changes = analysis.changes
         found = []
         for change in changes:
             _record_performance_change(session, series, change, report)
             found.append(_change_json(series, change))
         _withdraw_vanished(session, series, changes, config, truncated=not full and len(points) >= config.window,
                            report=report)
+        shapes = _shapes_json(series, analysis)
     _reclassify_waiting(session, series, report)
-    _save_state(session, series, found)
+    _save_state(session, series, found, shapes)
     return report
 
 
-def _save_state(session: Session, series: Series, found: list[dict[str, Any]]) -> None:
+def _shapes_json(series: Series, analysis: Analysis) -> dict[str, Any]:
+    """What the scan saw besides level changes, recorded on the series (never as a regression):
+    drifts over spans with their total change, a change of noise level, a seasonal period."""
+    points = series.points
+    return {"drifts": [{"start": points[d.start].sha, "end": points[d.end].sha,
+                        "start_position": points[d.start].position, "end_position": points[d.end].position,
+                        "before": d.before, "after": d.after, "relative_change": d.relative_change,
+                        "steps": d.steps} for d in analysis.drifts],
+            "noise_changed": None if analysis.noise is None else {
+                "at": points[analysis.noise.index].sha, "position": points[analysis.noise.index].position,
+                "sigma_before": analysis.noise.sigma_before, "sigma_after": analysis.noise.sigma_after,
+                "ratio": analysis.noise.ratio, "p_value": analysis.noise.p_value},
+            "seasonal_period": analysis.period}
+
+
+def _save_state(session: Session, series: Series, found: list[dict[str, Any]],
+                shapes: dict[str, Any] | None = None) -> None:
     """Record the scan; never touches `dirty` (a run stored meanwhile keeps its mark)."""
     values = {"last_scanned_at": utcnow(),
               "description": {"key": series.key.to_json(), "points": len(series.points),
-                              "ordered_by": series.ordered_by, "last_change_points": json_safe(found)}}
+                              "ordered_by": series.ordered_by, "last_change_points": json_safe(found),
+                              **json_safe(shapes or {})}}
     session.flush()
     statement = _insert(session).values(series_key=series.key.digest, dirty=False, **values)
     session.execute(statement.on_conflict_do_update(index_elements=["series_key"], set_=values))

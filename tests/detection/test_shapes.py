@@ -1,0 +1,109 @@
+"""Generated series of each shape real histories take: how many alerts, and of which kind.
+
+Each history is 300 commits at 1 % noise around 1,000, seeded; `analyse` returns level changes
+(the alerts), drifts over spans, the noise change and the seasonal period."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from app.detection.detector import analyse, find_change_points
+
+N = 300
+SEEDS = range(5)
+
+
+def history(kind: str, seed: int) -> list[float]:
+    rng = np.random.default_rng(seed)
+    t = np.arange(N)
+    noise = 0.01 * rng.standard_normal(N)
+    if kind == "trend":
+        level = 1 + 0.25 * t / N + noise
+    elif kind == "random_walk":
+        level = 1 + np.cumsum(0.01 * rng.standard_normal(N)) + 0.005 * rng.standard_normal(N)
+    elif kind == "seasonal":
+        level = 1 + 0.05 * np.sin(2 * np.pi * t / 7) + noise
+    elif kind == "bimodal":
+        level = 1 + 0.08 * (rng.random(N) < 0.4) + noise
+    elif kind == "heavy_tails":
+        level = 1 + 0.01 * rng.standard_t(2, N)
+    elif kind == "variance_change":
+        level = 1 + np.where(t < 150, 0.005, 0.03) * rng.standard_normal(N)
+    elif kind == "step":
+        level = 1 + 0.05 * (t >= 150) + noise
+    else:
+        raise ValueError(kind)
+    return (1000 * level).tolist()
+
+
+def run(kind: str, seed: int):
+    return analyse([[v] for v in history(kind, seed)])
+
+
+@pytest.mark.parametrize("seed", SEEDS)
+def test_a_step_is_one_level_change_and_no_drift(seed):
+    result = run("step", seed)
+    assert [abs(c.index - 150) <= 2 for c in result.changes] == [True]
+    assert result.drifts == [] and result.noise is None
+
+
+@pytest.mark.parametrize("seed", SEEDS)
+def test_a_trend_is_reported_as_drift_not_as_a_staircase_of_changes(seed):
+    result = run("trend", seed)
+    assert 1 <= len(result.drifts) <= 3
+    assert len(result.changes) <= 3
+    assert sum(d.relative_change for d in result.drifts) > 0.05
+
+
+@pytest.mark.xfail(strict=True, reason="known gap: a random walk still becomes a staircase of changes "
+                                       "(docs/detection.md, 'what it still gets wrong')")
+@pytest.mark.parametrize("seed", SEEDS)
+def test_a_random_walk_is_reported_once_as_a_drift(seed):
+    result = run("random_walk", seed)
+    assert len(result.changes) == 0 and len(result.drifts) == 1
+
+
+@pytest.mark.parametrize("seed", SEEDS)
+def test_weekly_seasonality_is_not_a_change(seed):
+    result = run("seasonal", seed)
+    assert result.period == 7
+    assert result.changes == [] and result.drifts == []
+
+
+@pytest.mark.parametrize("seed", SEEDS)
+def test_seasonality_removed_leaves_a_real_step_visible(seed):
+    values = np.array(history("seasonal", seed))
+    values[200:] *= 1.06
+    result = analyse([[v] for v in values])
+    assert result.period == 7
+    assert [abs(c.index - 200) <= 2 for c in result.changes] == [True]
+
+
+@pytest.mark.parametrize("seed", SEEDS)
+def test_bimodal_noise_from_two_machine_kinds_gives_no_alert(seed):
+    assert find_change_points(history("bimodal", seed)) == []
+
+
+@pytest.mark.parametrize("seed", SEEDS)
+def test_heavy_tailed_outliers_give_no_alert(seed):
+    result = run("heavy_tails", seed)
+    assert result.changes == [] and result.drifts == []
+
+
+@pytest.mark.parametrize("seed", SEEDS)
+def test_a_change_of_noise_level_is_noise_changed_not_a_regression(seed):
+    result = run("variance_change", seed)
+    assert result.changes == [] and result.drifts == []
+    assert result.noise is not None and abs(result.noise.index - 150) <= 10
+    assert result.noise.ratio > 3
+
+
+def test_without_the_noise_regimes_the_noisy_half_raises_changes():
+    # The safety mechanism: one sigma for the whole series reads the noisy half as level changes.
+    from dataclasses import replace
+
+    from app.detection.detector import DEFAULT_CONFIG
+
+    blind = replace(DEFAULT_CONFIG, shapes=replace(DEFAULT_CONFIG.shapes, noise_ratio=1e9))
+    found = sum(len(analyse([[v] for v in history("variance_change", seed)], None, blind).changes) for seed in SEEDS)
+    assert found > 0
