@@ -3,7 +3,8 @@
     .venv/bin/python bench/detection_quality.py [--quick] [--no-otava] [--sweep]
 
 Labelled data: 42 real histories of public projects annotated by one documented rule
-(bench/data/real/, scored separately on its tuning part and its held-back third), the `otava-test-data` generators (run in the peer venv) and this file's seeded
+(bench/data/real/, scored separately on its tuning part and its held-back third), the
+`otava-test-data` generators (run in the peer venv) and this file's seeded
 generator of performance histories (steps, regression then fix, single outliers, banding,
 noise from 0.5 % to 5 % CV, five raw samples per commit). A predicted change point counts when
 it lies within 5 points of a true one, each true point matched at most once; the covering

@@ -34,8 +34,16 @@ import ruptures as rpt
 from ruptures.base import BaseCost
 from scipy import stats
 
-from app.detection.shapes import (DEFAULT_SHAPES, Drift, NoiseChange, ShapeConfig, deseasonalise, drift_groups,
-                                  noise_change, seasonal_period)
+from app.detection.shapes import (
+    DEFAULT_SHAPES,
+    Drift,
+    NoiseChange,
+    ShapeConfig,
+    deseasonalise,
+    drift_groups,
+    noise_change,
+    seasonal_period,
+)
 
 MAD_TO_SIGMA = 1.4826
 

@@ -51,8 +51,6 @@ from app.detection.detector import (
     analyse_recent,
     classify_change,
     compare_accuracy,
-    detect,
-    detect_recent,
     evidence_at,
 )
 from app.detection.series import Series, SeriesKey, load_series, series_keys, series_keys_for_run, sibling_series

@@ -22,9 +22,20 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Sequence
 
-from runners.adapters.base import (HIGHER, LOWER, AdapterError, Collector, Converted, Record, identify,
-                                   read_json_or_lines, read_jsonl, register_signature, require_signature,
-                                   series_name)
+from runners.adapters.base import (
+    HIGHER,
+    LOWER,
+    AdapterError,
+    Collector,
+    Converted,
+    Record,
+    identify,
+    read_json_or_lines,
+    read_jsonl,
+    register_signature,
+    require_signature,
+    series_name,
+)
 
 TOOL = "lm-evaluation-harness results"
 SAMPLES_TOOL = "lm-evaluation-harness samples"

@@ -13,8 +13,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Sequence
 
-from runners.adapters.base import (HIGHER, LOWER, Collector, Converted, records_of, register_signature,
-                                   require_signature)
+from runners.adapters.base import HIGHER, LOWER, Collector, Converted, records_of, register_signature, require_signature
 
 TOOL = "sglang gsm8k benchmark"
 register_signature(TOOL, ("task", "backend", "accuracy", "latency", "num_requests"))

@@ -12,8 +12,16 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Sequence
 
-from runners.adapters.base import (HIGHER, LOWER, Collector, Converted, MetricSpec, records_of,
-                                   register_signature, require_signature)
+from runners.adapters.base import (
+    HIGHER,
+    LOWER,
+    Collector,
+    Converted,
+    MetricSpec,
+    records_of,
+    register_signature,
+    require_signature,
+)
 
 TOOL = "sglang.bench_one_batch"
 register_signature(TOOL, ("run_name", "batch_size", "input_len", "output_len", "prefill_latency"))

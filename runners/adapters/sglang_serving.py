@@ -13,8 +13,17 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Sequence
 
-from runners.adapters.base import (HIGHER, LOWER, Collector, Converted, MetricSpec, Record, records_of,
-                                   register_signature, require_signature)
+from runners.adapters.base import (
+    HIGHER,
+    LOWER,
+    Collector,
+    Converted,
+    MetricSpec,
+    Record,
+    records_of,
+    register_signature,
+    require_signature,
+)
 
 TOOL = "sglang.bench_serving"
 register_signature(TOOL, ("backend", "dataset_name", "request_rate", "completed", "output_throughput",

@@ -16,8 +16,19 @@ import re
 from pathlib import Path
 from typing import Any, Sequence
 
-from runners.adapters.base import (HIGHER, LOWER, Collector, Converted, MetricSpec, Record, read_json_or_lines,
-                                   records_of, register_signature, require_signature, series_name)
+from runners.adapters.base import (
+    HIGHER,
+    LOWER,
+    Collector,
+    Converted,
+    MetricSpec,
+    Record,
+    read_json_or_lines,
+    records_of,
+    register_signature,
+    require_signature,
+    series_name,
+)
 
 TOOL = "vllm bench serve"
 register_signature(TOOL, ("date", "endpoint_type", "model_id", "num_prompts", "request_rate", "burstiness",

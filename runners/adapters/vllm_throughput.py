@@ -11,8 +11,17 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Sequence
 
-from runners.adapters.base import (HIGHER, LOWER, Collector, Converted, MetricSpec, read_json_or_lines,
-                                   records_of, register_signature, require_signature)
+from runners.adapters.base import (
+    HIGHER,
+    LOWER,
+    Collector,
+    Converted,
+    MetricSpec,
+    read_json_or_lines,
+    records_of,
+    register_signature,
+    require_signature,
+)
 
 TOOL = "vllm bench throughput"
 register_signature(TOOL, ("elapsed_time", "num_requests", "total_num_tokens", "requests_per_second",

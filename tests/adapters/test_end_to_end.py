@@ -13,11 +13,12 @@ from typing import Any
 import pytest
 from sqlalchemy import select
 
+from app.git.workdir import git
 from runners.agent import Agent, Config
 from runners.client import RetryPolicy
 from runners.facts import Facts
-from tests.conftest import ADMIN_TOKEN, git, make_settings
-from tests.runner.conftest import Server, free_port, wait_for
+from tests.support.runner_harness import Server, free_port, wait_for
+from tests.support.settings import ADMIN_TOKEN, make_settings
 
 FAKE_TOOL = Path(__file__).with_name("fake_one_batch.py")
 COMMITS = 14

@@ -3,8 +3,11 @@
 The marks below were read by eye off plots of each series (points plus a 9-point running median,
 grid every 10 or 25 commits); `snap` moves each mark to the split with the largest difference of
 means within 4 commits of it and writes the result into the series files."""
-import json, numpy as np
+import json
 from pathlib import Path
+
+import numpy as np
+
 d = Path("bench/data/real")
 S = "level shift"
 A = {
@@ -59,7 +62,9 @@ NOTES = {
 files = sorted(p for p in d.glob("*.json") if p.name != "split.json")
 assert {p.stem for p in files} == set(A), set(A) ^ {p.stem for p in files}
 for p in files:
-    s = json.loads(p.read_text()); v = np.array(s["values"]); n = len(v)
+    s = json.loads(p.read_text())
+    v = np.array(s["values"])
+    n = len(v)
     cps = []
     marks = [m for m, _ in A[p.stem]]
     for k, (mark, reason) in enumerate(A[p.stem]):
@@ -72,7 +77,9 @@ for p in files:
             if gap > score + 1e-12 * abs(gap):
                 best, score = i, gap
         cps.append({"index": int(best), "marked_at": mark, "reason": reason})
-    s["change_points"] = cps; s["annotated"] = True
-    if p.stem in NOTES: s["annotation_note"] = NOTES[p.stem]
+    s["change_points"] = cps
+    s["annotated"] = True
+    if p.stem in NOTES:
+        s["annotation_note"] = NOTES[p.stem]
     p.write_text(json.dumps(s, indent=1) + "\n")
     print(p.stem[:50], [(c["marked_at"], c["index"]) for c in cps])
