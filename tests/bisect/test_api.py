@@ -208,7 +208,7 @@ def test_a_merge_culprit_is_followed_into_the_merged_branch(lab: Lab) -> None:
     merge = git(up.path, "rev-parse", "HEAD")
     after = up.linear(3)
     culprit = branch[2]
-    regressed = set(git(up.path, "rev-list", after[-1], f"^{culprit}^").split())
+    regressed = {culprit, *git(up.path, "rev-list", "--ancestry-path", f"{culprit}..{after[-1]}").split()}
 
     def model(platform_noise_seed: int, changes: bool) -> Callable[[str], list[float] | None]:
         histories: dict[str, NoisyHistory] = {}
@@ -291,3 +291,26 @@ def test_an_alert_over_several_unmeasured_commits_starts_a_bisect_its_api_links(
     link = alerts[0]["bisects"][0]
     assert link["culprit"] == shas[5]
     assert requests.get(f"{lab.server.url}{link['url']}", timeout=10).json()["alert_id"] == alert_id
+
+
+def test_the_command_shows_rounds_as_they_finish_and_the_culprit(lab: Lab, tmp_path: Path) -> None:
+    from click.testing import CliRunner
+
+    from app.cli import main
+    shas = lab.upstream.linear(9)
+    lab.runners("rocm", 2, by_sha(shas, NoisyHistory(8, steps={5: -0.10}, noise=0.01, seed=11)))
+    lab.runners("cuda", 1, by_sha(shas, NoisyHistory(8, steps={5: -0.10}, noise=0.01, seed=12)))
+    lab.runners("cpu", 1, by_sha(shas, NoisyHistory(8, steps={5: -0.10}, noise=0.01, seed=13)))
+    config = tmp_path / "parallax.toml"
+    config.write_text(f'[[repositories]]\nname = "demo/engine"\nurl = "{lab.upstream.path}"\n\n'
+                      f'[[suites]]\nname = "{SUITE}"\ncommand = ["true"]\nplatforms = ["cuda", "rocm", "cpu"]\n')
+    env = {"PARALLAX_DATABASE_URL": lab.app.extensions["parallax.settings"].database_url,
+           "PARALLAX_CONFIG": str(config), "PARALLAX_DATA_DIR": str(tmp_path / "cli-data")}
+    result = CliRunner().invoke(main, ["bisect", "demo/engine", "--suite", SUITE, "--metric", METRIC,
+                                       "--platform", "rocm", "--good", shas[0], "--bad", shas[8],
+                                       "--effect", "0.1", "--poll", "0.2"], env=env, catch_exceptions=False)
+    assert result.exit_code == 0, result.output
+    lines = result.output.splitlines()
+    assert lines[0].startswith("bisect 1: 8 first-parent commits")
+    assert any(line.startswith("round 1 (stage 0): measured ") for line in lines)
+    assert f"culprit {shas[5]}" in result.output and "scope: all platforms" in result.output
