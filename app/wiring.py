@@ -7,6 +7,7 @@ run inside the queue's transaction.
 """
 from __future__ import annotations
 
+from app.bisect import service as bisect
 from app.core import signals
 from app.core.duties import Duty
 from app.detection import service as detection
@@ -24,5 +25,5 @@ def connect() -> None:
 
 
 def duties() -> list[Duty]:
-    """Every background duty: lease reaping, webhook processing, commit statuses, detection."""
-    return [*queue.DUTIES, *ingest.DUTIES, *github_status.DUTIES, *detection.DUTIES]
+    """Every background duty: lease reaping, webhook processing, commit statuses, detection, bisect."""
+    return [*queue.DUTIES, *ingest.DUTIES, *github_status.DUTIES, *detection.DUTIES, *bisect.DUTIES]

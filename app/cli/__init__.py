@@ -11,6 +11,7 @@ import click
 # name -> "module:attribute"; each module imports its own dependencies at the top.
 COMMANDS = {
     "backfill": "app.cli.github:backfill",
+    "bisect": "app.cli.bisect:bisect",
     "db": "app.cli.database:db",
     "demo": "app.cli.demo:demo",
     "detect": "app.cli.detect:detect",

@@ -380,6 +380,11 @@ class AlertChange(Base):
 
 
 class Bisect(Base):
+    """A search for the commit that changed `metric` on `platform` between good and bad.
+    `stages` are the ranges searched (the first-parent range, then a merged branch when the
+    culprit is a merge), each a list of SHAs from good to bad; `steps` the rounds queued;
+    `result` the latest verdicts, the culprit's effect and the other platforms' confirmation."""
+
     __tablename__ = "bisects"
     id: Mapped[int] = mapped_column(primary_key=True)
     repository_id: Mapped[int] = mapped_column(ForeignKey("repositories.id", ondelete="CASCADE"))
@@ -391,8 +396,13 @@ class Bisect(Base):
     state: Mapped[BisectState] = mapped_column(_enum(BisectState), default=BisectState.running)
     culprit_commit_id: Mapped[int | None] = mapped_column(ForeignKey("commits.id"))
     steps: Mapped[list[Any]] = mapped_column(JSON, default=list)
-    alert_id: Mapped[int | None] = mapped_column(ForeignKey("alerts.id"))
+    alert_id: Mapped[int | None] = mapped_column(ForeignKey("alerts.id"), index=True)
+    effect: Mapped[float] = mapped_column(Float, default=0.05)  # relative change sought
+    stages: Mapped[list[Any]] = mapped_column(JSON, default=list)
+    result: Mapped[dict[str, Any]] = mapped_column(JSON, default=dict)
+    reason: Mapped[str | None] = mapped_column(Text)  # why it ended, in words
     created_at: Mapped[datetime] = mapped_column(default=utcnow)
+    updated_at: Mapped[datetime] = mapped_column(default=utcnow)
     finished_at: Mapped[datetime | None]
 
 

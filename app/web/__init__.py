@@ -17,6 +17,7 @@ from app.core.migrate import ensure_current
 from app.jobs.catalogue import sync_catalogue
 from app.web import errors
 from app.web.api import bp as api_bp
+from app.web.bisect_api import bp as bisect_bp
 from app.web.dashboard import bp as dashboard_bp
 from app.web.runner_api import bp as runner_bp
 from app.web.series_api import bp as series_bp
@@ -51,7 +52,7 @@ def create_app(config: Settings | dict[str, Any] | None = None, *, check_schema:
         sync_catalogue(session, settings)
 
     errors.register(flask_app)
-    for blueprint in (runner_bp, api_bp, webhooks_bp, series_bp, dashboard_bp):
+    for blueprint in (runner_bp, api_bp, bisect_bp, webhooks_bp, series_bp, dashboard_bp):
         flask_app.register_blueprint(blueprint)
 
     @flask_app.teardown_appcontext

@@ -14,6 +14,8 @@ SUMMARIES = {
     "/api/v1/jobs/{job_id}/complete": "Upload the results document (idempotent)",
     "/api/v1/jobs/{job_id}/fail": "Report failure {reason, retryable}",
     "/api/v1/jobs": "Queue the job matrix for a commit, or one cell (admin token)",
+    "/api/v1/bisects": "Start a bisect {repository, suite, metric, platform, good, bad, effect?} (user token)",
+    "/api/v1/bisects/{bisect_id}": "A bisect: state, rounds, tested commits with samples and verdicts, culprit",
     "/webhooks/github": "GitHub webhook receiver (push, pull_request, ping)",
     "/healthz": "Liveness and database check",
 }

@@ -14,7 +14,7 @@ from sqlalchemy import select
 
 from app.core.clock import as_utc, utcnow
 from app.core.errors import Invalid, NotFound
-from app.core.models import Alert, AlertChange, AlertState, Commit, Repository, Run
+from app.core.models import Alert, AlertChange, AlertState, Bisect, Commit, Repository, Run
 from app.detection.detector import detect
 from app.detection.series import Series, SeriesKey, load_series
 from app.detection.service import config_for, json_safe
@@ -112,7 +112,15 @@ def alert_json(session, alert: Alert) -> dict[str, Any]:  # type: ignore[no-unty
             "good": sha(alert.good_commit_id), "bad": sha(alert.bad_commit_id),
             "created_at": as_utc(alert.created_at).isoformat(),
             "updated_at": as_utc(alert.updated_at).isoformat(),
-            "changes": [change_json(c) for c in sorted(alert.changes, key=lambda c: c.id)]}
+            "changes": [change_json(c) for c in sorted(alert.changes, key=lambda c: c.id)],
+            "bisects": [bisect_link(session, b) for b in
+                        session.scalars(select(Bisect).where(Bisect.alert_id == alert.id).order_by(Bisect.id))]}
+
+
+def bisect_link(session, bisect: Bisect) -> dict[str, Any]:  # type: ignore[no-untyped-def]
+    culprit = session.get(Commit, bisect.culprit_commit_id) if bisect.culprit_commit_id is not None else None
+    return {"id": bisect.id, "url": f"/api/v1/bisects/{bisect.id}", "state": bisect.state.value,
+            "platform": bisect.platform, "metric": bisect.metric, "culprit": culprit.sha if culprit else None}
 
 
 @bp.get("/api/v1/alerts")

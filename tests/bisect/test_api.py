@@ -1,0 +1,316 @@
+"""Bisects end to end: generated git histories, the real API on loopback, runners as threads
+speaking the real runner protocol with samples from a seeded noise model per commit, and the
+`bisect` duty driving the rounds."""
+from __future__ import annotations
+
+import json
+import threading
+import time
+from pathlib import Path
+from typing import Any, Callable, Iterator
+
+import pytest
+import requests
+from sqlalchemy import func, select
+
+from app.bisect import service
+from app.core.duties import start as start_duties
+from app.core.models import Alert, AlertChange, Bisect, Commit, Job, Repository
+from runners.client import Client
+from tests.bisect.noise import NoisyHistory
+from tests.conftest import ADMIN_TOKEN, LiveServer, git, make_settings
+from tests.service.helpers import document, registration_token
+
+SUITE, METRIC = "decode-throughput", "output_throughput"
+HEADERS = {"Authorization": f"Bearer {ADMIN_TOKEN}"}
+
+
+class Upstream:
+    """A real repository: `linear(n)` commits on main; `merge_branch` merges a side branch."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        path.mkdir(parents=True)
+        git(path, "init", "-q", "-b", "main")
+        self.counter = 0
+
+    def commit(self) -> str:
+        self.counter += 1
+        (self.path / f"f{self.counter % 7}.txt").write_text(f"change {self.counter}\n")
+        git(self.path, "add", "-A")
+        git(self.path, "commit", "-q", "-m", f"commit {self.counter}")
+        return git(self.path, "rev-parse", "HEAD")
+
+    def linear(self, n: int) -> list[str]:
+        return [self.commit() for _ in range(n)]
+
+
+@pytest.fixture
+def settings(database_url: str, tmp_path: Path):  # type: ignore[no-untyped-def]
+    return make_settings(database_url, data_dir=str(tmp_path / "data"))
+
+
+class Lab:
+    """The app on loopback, runner threads per platform, the bisect duty in the background."""
+
+    def __init__(self, app: Any, upstream: Upstream) -> None:
+        self.app, self.upstream = app, upstream
+        self.db = app.extensions["parallax.db"]
+        with self.db.session() as session:
+            session.scalar(select(Repository).where(Repository.name == "demo/engine")).url = str(upstream.path)
+            session.commit()
+        self.server = LiveServer(app).__enter__()
+        self.stop = threading.Event()
+        self.threads: list[threading.Thread] = []
+        self.models: dict[str, Callable[[str], list[float] | None]] = {}
+
+    def runners(self, platform: str, count: int, model: Callable[[str], list[float] | None]) -> None:
+        self.models[platform] = model
+        for n in range(count):
+            client = Client(self.server.url)
+            _, token = client.register(registration_token(self.app), f"{platform}-{n}", {"platform": platform}, {})
+            thread = threading.Thread(target=self._work, args=(Client(self.server.url, token), platform), daemon=True)
+            thread.start()
+            self.threads.append(thread)
+
+    def _work(self, client: Client, platform: str) -> None:
+        while not self.stop.is_set():
+            job = client.claim(wait_s=0.3, budget_s=10)
+            if job is None:
+                continue
+            samples = self.models[platform](job["commit"])
+            if samples is None:
+                client.fail(job["id"], job["attempt"], "build failed: the commit does not compile", retryable=False)
+                continue
+            doc = document(environment={"platform": platform, "device": f"test {platform}", "simulated": False},
+                           metrics=[{"name": METRIC, "unit": "tok/s", "direction": "higher_is_better",
+                                     "samples": samples}])
+            doc.pop("items")
+            client.complete(job["id"], job["attempt"], json.dumps(doc).encode())
+
+    def measure_first(self, platform: str, *shas: str) -> None:
+        """What an alert's range has: both ends measured by routine jobs."""
+        ids = []
+        for sha in shas:
+            response = requests.post(f"{self.server.url}/api/v1/jobs", headers=HEADERS, timeout=10, json={
+                "repository": "demo/engine", "commit": sha, "suite": SUITE, "platform": platform})
+            assert response.status_code == 201, response.text
+            ids += [j["id"] for j in response.json()["jobs"]]
+        self.wait(lambda: all(requests.get(f"{self.server.url}/api/v1/jobs/{i}", timeout=10).json()["state"]
+                              == "succeeded" for i in ids), "routine jobs")
+
+    def bisect(self, **body: Any) -> requests.Response:
+        payload = {"repository": "demo/engine", "suite": SUITE, "metric": METRIC, "platform": "rocm", **body}
+        return requests.post(f"{self.server.url}/api/v1/bisects", json=payload, headers=HEADERS, timeout=60)
+
+    def run_duty(self) -> None:
+        start_duties(self.db, service.DUTIES, self.app.extensions["parallax.settings"], self.stop, tick_s=0.2)
+
+    def finished(self, bisect_id: int, timeout_s: float = 240) -> dict[str, Any]:
+        def done() -> dict[str, Any] | None:
+            body = requests.get(f"{self.server.url}/api/v1/bisects/{bisect_id}", timeout=10).json()
+            return body if body["state"] != "running" else None
+        return self.wait(done, f"bisect {bisect_id}", timeout_s)
+
+    @staticmethod
+    def wait(predicate: Callable[[], Any], what: str, timeout_s: float = 120) -> Any:
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            value = predicate()
+            if value:
+                return value
+            time.sleep(0.2)
+        raise AssertionError(f"timed out waiting for {what}")
+
+    def close(self) -> None:
+        self.stop.set()
+        for thread in self.threads:
+            thread.join(5)
+        self.server.__exit__()
+
+
+@pytest.fixture
+def lab(app: Any, tmp_path: Path) -> Iterator[Lab]:
+    result = Lab(app, Upstream(tmp_path / "upstream"))
+    yield result
+    result.close()
+
+
+def by_sha(shas: list[str], history: NoisyHistory) -> Callable[[str], list[float] | None]:
+    index = {sha: i for i, sha in enumerate(shas)}
+    return lambda sha: history.measure(index[sha])
+
+
+def count(lab: Lab, model: type) -> int:
+    with lab.db.session() as session:
+        return int(session.scalar(select(func.count()).select_from(model)) or 0)
+
+
+def test_64_commits_one_rocm_culprit_3_runners_found_in_3_rounds_and_confirmed_rocm_only(lab: Lab) -> None:
+    shas = lab.upstream.linear(65)
+    lab.runners("rocm", 3, by_sha(shas, NoisyHistory(64, steps={40: -0.10}, noise=0.01, seed=1)))
+    for platform in ("cuda", "cpu"):
+        lab.runners(platform, 1, by_sha(shas, NoisyHistory(64, steps={}, noise=0.01, seed=2)))
+    lab.measure_first("rocm", shas[0], shas[64])
+    response = lab.bisect(good=shas[0], bad=shas[64], effect=0.10)
+    assert response.status_code == 201, response.text
+    lab.run_duty()
+    result = lab.finished(response.json()["id"])
+    assert result["state"] == "done", result["reason"]
+    assert result["culprit"]["sha"] == shas[40]
+    assert result["culprit"]["ci_low"] <= -0.10 <= result["culprit"]["ci_high"]
+    search_rounds = [r for r in result["rounds"] if r["stage"] == 0]
+    assert len(search_rounds) <= 3 and all(len(r["commits"]) <= 3 for r in search_rounds)
+    assert result["confirmation"]["scope"] == "rocm-only"
+    assert {p: v["verdict"] for p, v in result["confirmation"]["platforms"].items()} == {
+        "cuda": "unchanged", "cpu": "unchanged"}
+    tested = {t["sha"]: t for t in result["stages"][0]["tested"]}
+    assert tested[shas[40]]["verdict"] == "different" and tested[shas[40]]["samples"]
+    with lab.db.session() as session:
+        jobs = list(session.scalars(select(Job).where(Job.bisect_id == result["id"])))
+    assert result["runner_jobs"] == len(jobs) and all(j.priority == service.BISECT_PRIORITY for j in jobs)
+
+
+def test_two_changes_in_the_range_are_both_reported(lab: Lab) -> None:
+    shas = lab.upstream.linear(33)
+    lab.runners("rocm", 3, by_sha(shas, NoisyHistory(32, steps={10: -0.10, 22: -0.10}, noise=0.01, seed=3)))
+    lab.runners("cuda", 1, by_sha(shas, NoisyHistory(32, steps={}, noise=0.01, seed=4)))
+    lab.runners("cpu", 1, by_sha(shas, NoisyHistory(32, steps={}, noise=0.01, seed=5)))
+    lab.measure_first("rocm", shas[0], shas[32])
+    response = lab.bisect(good=shas[0], bad=shas[32], effect=0.10)
+    lab.run_duty()
+    result = lab.finished(response.json()["id"])
+    assert result["monotonic"] is False and "not monotonic" in result["reason"]
+    assert sorted(c["culprit"] for c in result["changes"]) == sorted([shas[10], shas[22]])
+
+
+def test_a_range_where_every_commit_fails_ends_failed_with_the_reason(lab: Lab) -> None:
+    shas = lab.upstream.linear(7)
+    history = NoisyHistory(6, steps={3: -0.10}, noise=0.01, seed=6, broken={1, 2, 3, 4, 5})
+    lab.runners("rocm", 2, by_sha(shas, history))
+    lab.measure_first("rocm", shas[0], shas[6])
+    response = lab.bisect(good=shas[0], bad=shas[6], effect=0.10)
+    lab.run_duty()
+    result = lab.finished(response.json()["id"])
+    assert result["state"] == "failed"
+    assert "every one of the 5 commits between good and bad failed to build or run" in result["reason"]
+    assert sorted(result["stages"][0]["skipped"]) == sorted(shas[1:6])
+
+
+def test_a_merge_culprit_is_followed_into_the_merged_branch(lab: Lab) -> None:
+    up = lab.upstream
+    good = up.commit()
+    git(up.path, "checkout", "-q", "-b", "feature")
+    branch = up.linear(4)
+    git(up.path, "checkout", "-q", "main")
+    main = up.linear(3)
+    git(up.path, "merge", "-q", "--no-ff", "-m", "merge feature", "feature")
+    merge = git(up.path, "rev-parse", "HEAD")
+    after = up.linear(3)
+    culprit = branch[2]
+    regressed = {culprit, *git(up.path, "rev-list", "--ancestry-path", f"{culprit}..{after[-1]}").split()}
+
+    def model(platform_noise_seed: int, changes: bool) -> Callable[[str], list[float] | None]:
+        histories: dict[str, NoisyHistory] = {}
+
+        def measure(sha: str) -> list[float]:
+            level = -0.10 if changes and sha in regressed else 0.0
+            history = histories.setdefault(sha, NoisyHistory(1, steps={1: level}, noise=0.01,
+                                                             seed=platform_noise_seed + len(histories)))
+            return history.measure(1) or []
+        return measure
+
+    lab.runners("rocm", 3, model(10, True))
+    lab.runners("cuda", 1, model(100, True))
+    lab.runners("cpu", 1, model(200, True))
+    lab.measure_first("rocm", good, after[-1])
+    response = lab.bisect(good=good, bad=after[-1], effect=0.10)
+    assert response.status_code == 201, response.text
+    lab.run_duty()
+    result = lab.finished(response.json()["id"])
+    assert [s["kind"] for s in result["stages"]] == ["first_parent", "merged_branch"]
+    assert result["stages"][0]["changes"][0]["culprit"] == merge
+    assert result["stages"][1]["merge"] == merge
+    assert result["culprit"]["sha"] == culprit, result
+    assert result["confirmation"]["scope"] == "all platforms"
+    assert main  # the main-line commits between fork and merge are part of the first stage
+
+
+@pytest.mark.parametrize("change, field", [
+    ({"good": "f" * 40}, "good"),                 # unknown commit
+    ({"swap": True}, "good"),                     # good not an ancestor of bad
+    ({"same": True}, "bad"),                      # good = bad
+    ({"suite": "no-such-suite"}, "suite"),
+    ({"platform": "tpu"}, "platform"),
+    ({"good": "not-a-sha"}, "good"),
+    ({"repository": "nobody/nothing"}, "repository"),
+])
+def test_bad_input_is_a_422_naming_the_field_with_nothing_queued(lab: Lab, change: dict[str, Any],
+                                                                 field: str) -> None:
+    shas = lab.upstream.linear(5)
+    body: dict[str, Any] = {"good": shas[0], "bad": shas[4]}
+    if change.pop("swap", False):
+        body = {"good": shas[4], "bad": shas[0]}
+    if change.pop("same", False):
+        body["bad"] = body["good"]
+    body.update(change)
+    response = lab.bisect(**body)
+    assert response.status_code == 422, response.text
+    assert response.json()["field"] == field and response.json()["detail"]
+    lab.run_duty()
+    time.sleep(1.5)
+    assert count(lab, Job) == 0 and count(lab, Bisect) == 0
+
+
+def test_the_bisect_paths_are_in_the_openapi_document(client: Any) -> None:
+    paths = client.get("/api/v1/openapi.json").get_json()["paths"]
+    assert "post" in paths["/api/v1/bisects"] and "get" in paths["/api/v1/bisects/{bisect_id}"]
+
+
+def test_an_alert_over_several_unmeasured_commits_starts_a_bisect_its_api_links(lab: Lab) -> None:
+    shas = lab.upstream.linear(9)
+    lab.runners("rocm", 2, by_sha(shas, NoisyHistory(8, steps={5: -0.08}, noise=0.01, seed=7)))
+    lab.runners("cuda", 1, by_sha(shas, NoisyHistory(8, steps={}, noise=0.01, seed=8)))
+    lab.runners("cpu", 1, by_sha(shas, NoisyHistory(8, steps={}, noise=0.01, seed=9)))
+    lab.measure_first("rocm", shas[0], shas[8])
+    with lab.db.session() as session:
+        repository = session.scalar(select(Repository).where(Repository.name == "demo/engine"))
+        ids = {c.sha: c.id for c in session.scalars(select(Commit).where(Commit.sha.in_([shas[0], shas[8]])))}
+        alert = Alert(repository_id=repository.id, branch="main", good_commit_id=ids[shas[0]],
+                      bad_commit_id=ids[shas[8]], kind="performance", is_regression=True)
+        session.add(alert)
+        session.flush()
+        session.add(AlertChange(alert_id=alert.id, suite=SUITE, metric=METRIC, platform="rocm",
+                                context_fingerprint="x", direction="higher_is_better", relative_change=-0.08,
+                                suspected_commits=shas[1:9]))
+        session.commit()
+        alert_id = alert.id
+    lab.run_duty()
+    alerts = lab.wait(lambda: [a for a in requests.get(f"{lab.server.url}/api/v1/alerts", timeout=10).json()["alerts"]
+                               if a["id"] == alert_id and a["bisects"] and a["bisects"][0]["culprit"]], "alert link")
+    link = alerts[0]["bisects"][0]
+    assert link["culprit"] == shas[5]
+    assert requests.get(f"{lab.server.url}{link['url']}", timeout=10).json()["alert_id"] == alert_id
+
+
+def test_the_command_shows_rounds_as_they_finish_and_the_culprit(lab: Lab, tmp_path: Path) -> None:
+    from click.testing import CliRunner
+
+    from app.cli import main
+    shas = lab.upstream.linear(9)
+    lab.runners("rocm", 2, by_sha(shas, NoisyHistory(8, steps={5: -0.10}, noise=0.01, seed=11)))
+    lab.runners("cuda", 1, by_sha(shas, NoisyHistory(8, steps={5: -0.10}, noise=0.01, seed=12)))
+    lab.runners("cpu", 1, by_sha(shas, NoisyHistory(8, steps={5: -0.10}, noise=0.01, seed=13)))
+    config = tmp_path / "parallax.toml"
+    config.write_text(f'[[repositories]]\nname = "demo/engine"\nurl = "{lab.upstream.path}"\n\n'
+                      f'[[suites]]\nname = "{SUITE}"\ncommand = ["true"]\nplatforms = ["cuda", "rocm", "cpu"]\n')
+    env = {"PARALLAX_DATABASE_URL": lab.app.extensions["parallax.settings"].database_url,
+           "PARALLAX_CONFIG": str(config), "PARALLAX_DATA_DIR": str(tmp_path / "cli-data")}
+    result = CliRunner().invoke(main, ["bisect", "demo/engine", "--suite", SUITE, "--metric", METRIC,
+                                       "--platform", "rocm", "--good", shas[0], "--bad", shas[8],
+                                       "--effect", "0.1", "--poll", "0.2"], env=env, catch_exceptions=False)
+    assert result.exit_code == 0, result.output
+    lines = result.output.splitlines()
+    assert lines[0].startswith("bisect 1: 8 first-parent commits")
+    assert any(line.startswith("round 1 (stage 0): measured ") for line in lines)
+    assert f"culprit {shas[5]}" in result.output and "scope: all platforms" in result.output

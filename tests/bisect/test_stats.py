@@ -1,0 +1,74 @@
+"""The three-way verdict between two commits' samples."""
+from __future__ import annotations
+
+import numpy as np
+
+from app.bisect.stats import Verdict, compare, effect, noise_scale, p_values, same_threshold
+
+
+def normal(mean: float, n: int, seed: int, sd: float = 1.0) -> list[float]:
+    return list(np.random.default_rng(seed).normal(mean, sd, n))
+
+
+def test_clearly_separated_samples_are_different() -> None:
+    result = compare(normal(100, 10, 1), normal(90, 10, 2), standardised_effect=8)
+    assert result.verdict == Verdict.different and result.p_value <= 0.01
+    assert -0.12 < result.relative_change < -0.08
+
+
+def test_many_samples_from_one_distribution_are_the_same() -> None:
+    result = compare(normal(100, 30, 3), normal(100, 30, 4), standardised_effect=2)
+    assert result.verdict == Verdict.same
+
+
+def test_few_overlapping_samples_ask_for_more_data() -> None:
+    # 0.5 noise units apart with 4 samples a side: neither a change nor evidence against one.
+    result = compare([10.0, 11.0, 12.0, 13.0], [10.5, 11.5, 12.5, 13.5], standardised_effect=1)
+    assert result.verdict == Verdict.unknown
+    assert result.p_value > 0.01 and result.p_value <= result.same_above
+
+
+def test_the_verdict_uses_the_smaller_of_the_two_rank_tests() -> None:
+    # Same middle, new slow mode: U barely moves, Kolmogorov-Smirnov sees the shape change.
+    left = [100.0 + 0.1 * i for i in range(30)]
+    right = [90.0 + 0.1 * i for i in range(15)] + [110.0 + 0.1 * i for i in range(15)]
+    p_mwu, p_ks = p_values(left, right)
+    result = compare(left, right, standardised_effect=2)
+    assert p_ks < 0.01 < p_mwu
+    assert result.p_value == p_ks and result.verdict == Verdict.different
+
+
+def test_same_needs_less_evidence_with_more_samples_and_a_larger_effect_sought() -> None:
+    assert same_threshold(2, 5, 5) > same_threshold(2, 10, 10) > same_threshold(2, 20, 20)
+    assert same_threshold(1, 10, 10) > same_threshold(2, 10, 10) > same_threshold(4, 10, 10)
+
+
+def test_the_same_threshold_has_the_stated_power() -> None:
+    # A real change of the effect sought gives p <= threshold in about 95 % of fresh draws.
+    rng = np.random.default_rng(99)
+    threshold = same_threshold(2.0, 8, 8)
+    below = 0
+    for _ in range(1000):
+        p_mwu, p_ks = p_values(rng.normal(0, 1, 8), rng.normal(2.0, 1, 8))
+        below += min(p_mwu, p_ks) <= threshold
+    assert 930 <= below <= 985
+
+
+def test_the_noise_estimate_is_an_upper_bound_most_of_the_time() -> None:
+    rng = np.random.default_rng(5)
+    above = sum(noise_scale([list(rng.normal(0, 2.0, 5)) for _ in range(2)]) >= 2.0 for _ in range(1000))
+    assert 900 <= above <= 990
+
+
+def test_identical_constant_samples_are_the_same_not_an_error() -> None:
+    result = compare([5.0] * 6, [5.0] * 6, standardised_effect=50)
+    assert result.verdict == Verdict.same and result.p_value == 1.0
+
+
+def test_the_effect_interval_holds_the_true_change_about_95_times_in_100() -> None:
+    held = 0
+    for seed in range(100):
+        found = effect(normal(100, 20, 2 * seed, sd=2), normal(92, 20, 2 * seed + 1, sd=2))
+        held += found.ci_low <= -0.08 <= found.ci_high
+        assert found.ci_high - found.ci_low < 0.06
+    assert held >= 88
