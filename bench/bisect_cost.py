@@ -22,7 +22,7 @@ import argparse
 import statistics
 import sys
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from typing import Callable
 
 import numpy as np
@@ -125,7 +125,8 @@ def main(argv: list[str] | None = None) -> int:
     print(f"noise {args.noise:.0%}, effect {args.effect:.0%}, {args.samples} samples per job, {args.trials} seeded "
           f"trials per row")
     print_table(rows, [("range", "range"), ("runners", "runners"), ("right", "right"),
-                       ("named by round", "named_mean"), ("rounds", "rounds_mean"), ("max rounds", "rounds_max"), ("jobs", "jobs_mean"),
+                       ("named by round", "named_mean"), ("rounds", "rounds_mean"), ("max rounds", "rounds_max"),
+                       ("jobs", "jobs_mean"),
                        ("asv right", "asv_right"), ("asv rounds = jobs", "asv_rounds_jobs")])
     write_results("bisect_cost", {"settings": vars(args), "rows": rows})
     if args.check is not None:

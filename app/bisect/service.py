@@ -24,8 +24,23 @@ from app.core.config import Settings, current_settings
 from app.core.db import Database
 from app.core.duties import Duty
 from app.core.errors import Invalid
-from app.core.models import (Alert, AlertChange, AlertState, Bisect, BisectState, Commit, CommitParent, Job,
-                             JobReason, JobState, Measurement, Repository, Run, Runner, Suite)
+from app.core.models import (
+    Alert,
+    AlertChange,
+    AlertState,
+    Bisect,
+    BisectState,
+    Commit,
+    CommitParent,
+    Job,
+    JobReason,
+    JobState,
+    Measurement,
+    Repository,
+    Run,
+    Runner,
+    Suite,
+)
 from app.core.shas import is_sha
 from app.git.commit_graph import commits_by_sha, record_commits
 from app.git.mirror import GitError, Mirror

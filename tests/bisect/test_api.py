@@ -16,10 +16,12 @@ from sqlalchemy import func, select
 from app.bisect import service
 from app.core.duties import start as start_duties
 from app.core.models import Alert, AlertChange, Bisect, Commit, Job, Repository
+from app.git.workdir import git
 from runners.client import Client
 from tests.bisect.noise import NoisyHistory
-from tests.conftest import ADMIN_TOKEN, LiveServer, git, make_settings
-from tests.service.helpers import document, registration_token
+from tests.support.live_server import LiveServer
+from tests.support.service_api import document, registration_token
+from tests.support.settings import ADMIN_TOKEN, make_settings
 
 SUITE, METRIC = "decode-throughput", "output_throughput"
 HEADERS = {"Authorization": f"Bearer {ADMIN_TOKEN}"}
@@ -247,6 +249,7 @@ def test_a_merge_culprit_is_followed_into_the_merged_branch(lab: Lab) -> None:
 ])
 def test_bad_input_is_a_422_naming_the_field_with_nothing_queued(lab: Lab, change: dict[str, Any],
                                                                  field: str) -> None:
+    change = dict(change)  # the parameter is shared by both backends' runs
     shas = lab.upstream.linear(5)
     body: dict[str, Any] = {"good": shas[0], "bad": shas[4]}
     if change.pop("swap", False):

@@ -1,14 +1,14 @@
 """bisect search: effect sought, stages, result, reason, updated_at
 
-Revision ID: 0003
-Revises: 0002
+Revision ID: 0004
+Revises: 0003
 Create Date: 2026-12-03 10:20:00
 """
 import sqlalchemy as sa
 from alembic import op
 
-revision = '0003'
-down_revision = '0002'
+revision = '0004'
+down_revision = '0003'
 branch_labels = None
 depends_on = None
 
