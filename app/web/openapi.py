@@ -2,6 +2,7 @@
 cannot list a path the service does not serve."""
 from __future__ import annotations
 
+import re
 from typing import Any
 
 from flask import current_app
@@ -24,7 +25,7 @@ def document() -> dict[str, Any]:
     for rule in current_app.url_map.iter_rules():
         if rule.endpoint == "static":
             continue
-        path = rule.rule.replace("<int:", "{").replace("<", "{").replace(">", "}")
+        path = re.sub(r"<(?:\w+:)?(\w+)>", r"{\1}", rule.rule)
         for method in sorted((rule.methods or set()) - {"HEAD", "OPTIONS"}):
             paths.setdefault(path, {})[method.lower()] = {
                 "summary": SUMMARIES.get(path, rule.endpoint),
