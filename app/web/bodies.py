@@ -34,18 +34,15 @@ def json_body(*, required: bool = True, max_bytes: int = 1_000_000) -> dict[str,
 
 def read_body(max_bytes: int) -> bytes:
     """The whole body, refused with 413 over `max_bytes`: by its Content-Length up front, or,
-    for a chunked body, as soon as more than `max_bytes` arrived. (`request.get_data` alone
-    would silently cut a chunked body off at the app's MAX_CONTENT_LENGTH.)"""
+    for a chunked body, as soon as more than `max_bytes` arrived. (One `read(max_bytes + 1)`
+    silently stops at the app's MAX_CONTENT_LENGTH, cutting a chunked body off.)"""
     length = request.content_length
     if length is not None and length > max_bytes:
         raise PayloadTooLarge(f"body is {length} bytes, over the limit of {max_bytes}")
     cached = request.environ.get("parallax.body")
     if cached is not None:
         return cached
-    # A server that de-chunks (gunicorn, werkzeug) marks the stream terminated: read it directly,
-    # bounded here, rather than through werkzeug's wrapper capped at MAX_CONTENT_LENGTH.
-    terminated = length is None and "wsgi.input_terminated" in request.environ
-    stream = request.environ["wsgi.input"] if terminated else request.stream
+    stream = request.stream  # werkzeug's: it raises 413 itself past the app's MAX_CONTENT_LENGTH
     chunks: list[bytes] = []
     size = 0
     while True:
