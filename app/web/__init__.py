@@ -17,6 +17,7 @@ from app.core.db import Database
 from app.core.migrate import ensure_current
 from app.jobs.catalogue import sync_catalogue
 from app.web import errors, guards, routing
+from app.web.admin_api import bp as admin_bp
 from app.web.api import bp as api_bp
 from app.web.dashboard import bp as dashboard_bp
 from app.web.runner_api import bp as runner_bp
@@ -64,7 +65,7 @@ def create_app(config: Settings | dict[str, Any] | None = None, *, check_schema:
     routing.register(flask_app)
     errors.register(flask_app)
     guards.register(flask_app)
-    for blueprint in (runner_bp, api_bp, webhooks_bp, series_bp, dashboard_bp):
+    for blueprint in (runner_bp, admin_bp, api_bp, webhooks_bp, series_bp, dashboard_bp):
         flask_app.register_blueprint(blueprint)
 
     @flask_app.teardown_appcontext

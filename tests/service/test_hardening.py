@@ -306,3 +306,75 @@ def test_11_an_attempt_that_is_not_an_integer_is_422(client, held, attempt):
     response = client.post(f"/api/v1/jobs/{job['id']}/heartbeat", json={"attempt": attempt}, headers=headers)
     assert response.status_code == 422
     assert response.get_json()["field"] == "attempt"
+
+
+# ------------------------------------------------------------------ 9. revoking, expiry, reading
+
+def test_9_the_admin_api_revokes_a_registration_token(client):
+    created = client.post("/api/v1/registration-tokens", json={"note": "ci"}, headers=admin_headers()).get_json()
+    response = client.post(f"/api/v1/registration-tokens/{created['id']}/revoke", headers=admin_headers())
+    assert response.status_code == 200
+    refused = client.post("/api/v1/runners", json={"name": "r", "labels": {"platform": "cpu"}},
+                          headers={"Authorization": f"Bearer {created['token']}"})
+    assert refused.status_code == 401
+
+
+def test_9_the_admin_api_disables_a_runner(client, app):
+    headers = register(client, app)
+    runner_id = client.post("/api/v1/jobs/claim", json={}, headers=headers).status_code and 1
+    assert client.post(f"/api/v1/runners/{runner_id}/disable", headers=admin_headers()).status_code == 200
+    assert client.post("/api/v1/jobs/claim", json={}, headers=headers).status_code == 403
+
+
+def test_9_the_admin_api_disables_a_user(client, db):
+    from app.auth.tokens import create_user
+    with db.session() as session:
+        token = create_user(session, "ada", "admin")
+    assert client.post("/api/v1/users/ada/disable", headers=admin_headers()).status_code == 200
+    response = client.post("/api/v1/jobs", json={"repository": "demo/engine", "commit": SHA_A},
+                           headers={"Authorization": f"Bearer {token}"})
+    assert response.status_code == 401 and "disabled" in response.get_json()["detail"]
+
+
+def test_9_an_expired_registration_token_is_refused(client, db):
+    from datetime import timedelta
+
+    from sqlalchemy import update
+
+    from app.auth.tokens import create_registration_token
+    from app.core.clock import utcnow
+    from app.core.models import RegistrationToken
+    with db.session() as session:
+        token = create_registration_token(session, expires_in=timedelta(hours=1))
+    body = {"name": "r", "labels": {"platform": "cpu"}}
+    assert client.post("/api/v1/runners", json=body, headers={"Authorization": f"Bearer {token}"}).status_code == 201
+    with db.session() as session:
+        session.execute(update(RegistrationToken).values(expires_at=utcnow() - timedelta(seconds=1)))
+    response = client.post("/api/v1/runners", json=body, headers={"Authorization": f"Bearer {token}"})
+    assert response.status_code == 401 and "expired" in response.get_json()["detail"]
+
+
+def test_9_by_default_logs_are_readable_without_a_token(client, held):
+    job, _ = held
+    assert client.get(f"/api/v1/jobs/{job['id']}").status_code == 200
+
+
+def test_9_when_reading_needs_a_token_logs_pages_and_api_refuse_anonymous_readers(database_url):
+    import base64
+
+    from app.web import create_app
+    from tests.conftest import ADMIN_TOKEN
+    flask_app = create_app(make_settings(database_url, read_requires_token=True))
+    try:
+        client = flask_app.test_client()
+        job = queue_jobs(client, SHA_A, suite="decode-throughput", platform="cpu")[0]
+        for path in (f"/api/v1/jobs/{job['id']}", f"/jobs/{job['id']}", "/", "/api/v1/alerts"):
+            assert client.get(path).status_code == 401, path
+            assert client.get(path, headers=admin_headers()).status_code == 200, path
+        page = client.get("/")
+        assert page.headers["WWW-Authenticate"].startswith("Basic")
+        basic = base64.b64encode(f"reader:{ADMIN_TOKEN}".encode()).decode()
+        assert client.get("/", headers={"Authorization": f"Basic {basic}"}).status_code == 200
+        assert client.get("/healthz").status_code == 200
+    finally:
+        flask_app.extensions["parallax.db"].engine.dispose()
