@@ -8,6 +8,9 @@ from __future__ import annotations
 
 import json
 import math
+import os
+import sys
+import unicodedata
 from dataclasses import dataclass
 from typing import Any
 
@@ -16,6 +19,25 @@ DIRECTIONS = ("higher_is_better", "lower_is_better")
 MAX_DOCUMENT_BYTES = 8_000_000
 MAX_SAMPLES = 100_000
 MAX_ITEMS = 1_000_000
+MAX_METRICS = 256
+
+
+@dataclass(frozen=True)
+class Limits:
+    """How big a document may be. The character limits are the service's column sizes (the
+    service builds its `Limits` from its models, `app.core.limits`, and a test checks that these
+    defaults agree); the counts are the service's settings (`PARALLAX_MAX_METRICS_PER_DOCUMENT`,
+    ...), so a runner validating with the defaults refuses what a default service refuses."""
+
+    name_chars: int = 128  # metric name, suite, items.name
+    unit_chars: int = 32
+    metrics: int = MAX_METRICS
+    samples: int = MAX_SAMPLES
+    items: int = MAX_ITEMS
+    string_chars: int = 4096  # any string inside context and environment
+
+
+DEFAULT_LIMITS = Limits()
 
 
 class ResultsError(ValueError):
@@ -59,7 +81,7 @@ def _reject_constant(name: str) -> Any:
     raise ResultsError("$", f"non-finite number {name} is not allowed")
 
 
-def loads(text: str | bytes, max_bytes: int = MAX_DOCUMENT_BYTES) -> ResultsDocument:
+def loads(text: str | bytes, max_bytes: int = MAX_DOCUMENT_BYTES, limits: Limits = DEFAULT_LIMITS) -> ResultsDocument:
     """Parse and validate a document from JSON text."""
     size = len(text.encode() if isinstance(text, str) else text)
     if size > max_bytes:
@@ -70,17 +92,42 @@ def loads(text: str | bytes, max_bytes: int = MAX_DOCUMENT_BYTES) -> ResultsDocu
         raise
     except (ValueError, UnicodeDecodeError) as exc:
         raise ResultsError("$", f"not valid JSON: {exc}") from exc
-    return validate(data)
+    return validate(data, limits)
 
 
-def _string(value: Any, field: str, *, allow_empty: bool = False) -> str:
+def control_character(value: str) -> str | None:
+    """The first control character (NUL, escape, ...) in `value`, or None."""
+    return next((c for c in value if unicodedata.category(c) == "Cc"), None)
+
+
+def _string(value: Any, field: str, max_chars: int, *, allow_empty: bool = False) -> str:
     if not isinstance(value, str):
         raise ResultsError(field, f"must be a string, got {type(value).__name__}")
     if not allow_empty and not value.strip():
         raise ResultsError(field, "must not be empty")
-    if len(value) > 256:
-        raise ResultsError(field, "is longer than 256 characters")
+    if len(value) > max_chars:
+        raise ResultsError(field, f"is {len(value)} characters, longer than the limit of {max_chars}")
+    bad = control_character(value)
+    if bad is not None:
+        raise ResultsError(field, f"contains the control character {bad!r}")
     return value
+
+
+def _bounded(value: Any, field: str, limits: Limits) -> None:
+    """Numbers must fit a double and free-form strings the string limit, anywhere in the document
+    (an integer literal of 400 digits parses in Python but overflows every later float())."""
+    if isinstance(value, int) and not isinstance(value, bool) and abs(value) > sys.float_info.max:
+        raise ResultsError(field, "number is out of range (larger than a double)")
+    if isinstance(value, str) and len(value) > limits.string_chars:
+        raise ResultsError(field, f"is {len(value)} characters, longer than the limit of {limits.string_chars}")
+    if isinstance(value, dict):
+        for key, inner in value.items():
+            if len(key) > limits.string_chars:
+                raise ResultsError(field, f"has a key longer than {limits.string_chars} characters")
+            _bounded(inner, f"{field}.{key}", limits)
+    elif isinstance(value, list):
+        for i, inner in enumerate(value):
+            _bounded(inner, f"{field}[{i}]", limits)
 
 
 def _finite_json(value: Any, field: str) -> None:
@@ -95,27 +142,31 @@ def _finite_json(value: Any, field: str) -> None:
             _finite_json(inner, f"{field}[{i}]")
 
 
-def validate(data: Any) -> ResultsDocument:
+def validate(data: Any, limits: Limits = DEFAULT_LIMITS) -> ResultsDocument:
     """Validate a parsed document; raises ResultsError naming the first bad field."""
     if not isinstance(data, dict):
         raise ResultsError("$", f"must be a JSON object, got {type(data).__name__}")
     if data.get("schema") != SCHEMA:
         raise ResultsError("schema", f"must be {SCHEMA!r}, got {data.get('schema')!r}")
-    suite = _string(data.get("suite"), "suite")
+    for key, value in data.items():
+        _bounded(value, key, limits)
+    suite = _string(data.get("suite"), "suite", limits.name_chars)
     raw_metrics = data.get("metrics")
     if not isinstance(raw_metrics, list) or not raw_metrics:
         raise ResultsError("metrics", "must be a non-empty list")
+    if len(raw_metrics) > limits.metrics:
+        raise ResultsError("metrics", f"has {len(raw_metrics)} metrics, over the limit of {limits.metrics}")
     metrics: list[Metric] = []
     seen: set[str] = set()
     for i, raw in enumerate(raw_metrics):
         where = f"metrics[{i}]"
         if not isinstance(raw, dict):
             raise ResultsError(where, "must be an object")
-        name = _string(raw.get("name"), f"{where}.name")
+        name = _string(raw.get("name"), f"{where}.name", limits.name_chars)
         if name in seen:
             raise ResultsError(f"{where}.name", f"duplicate metric {name!r}")
         seen.add(name)
-        unit = _string(raw.get("unit", ""), f"{where}.unit", allow_empty=True)
+        unit = _string(raw.get("unit", ""), f"{where}.unit", limits.unit_chars, allow_empty=True)
         direction = raw.get("direction")
         if direction not in DIRECTIONS:
             raise ResultsError(f"{where}.direction",
@@ -125,8 +176,8 @@ def validate(data: Any) -> ResultsDocument:
             raise ResultsError(f"{where}.samples", "must be a list of numbers")
         if not samples:
             raise ResultsError(f"{where}.samples", "must not be empty")
-        if len(samples) > MAX_SAMPLES:
-            raise ResultsError(f"{where}.samples", f"has more than {MAX_SAMPLES} samples")
+        if len(samples) > limits.samples:
+            raise ResultsError(f"{where}.samples", f"has more than {limits.samples} samples")
         values: list[float] = []
         for j, sample in enumerate(samples):
             if isinstance(sample, bool) or not isinstance(sample, (int, float)):
@@ -140,12 +191,12 @@ def validate(data: Any) -> ResultsDocument:
         raw_items = data["items"]
         if not isinstance(raw_items, dict):
             raise ResultsError("items", "must be an object")
-        name = _string(raw_items.get("name"), "items.name")
+        name = _string(raw_items.get("name"), "items.name", limits.name_chars)
         correct = raw_items.get("correct")
         if not isinstance(correct, list) or not correct:
             raise ResultsError("items.correct", "must be a non-empty list of 0/1")
-        if len(correct) > MAX_ITEMS:
-            raise ResultsError("items.correct", f"has more than {MAX_ITEMS} items")
+        if len(correct) > limits.items:
+            raise ResultsError("items.correct", f"has more than {limits.items} items")
         for j, value in enumerate(correct):
             if isinstance(value, bool):
                 value = int(value)
@@ -194,6 +245,5 @@ def write(path: str, *, suite: str, metrics: list[dict[str, Any]], context: dict
     tmp = f"{path}.tmp"
     with open(tmp, "w") as fh:
         fh.write(text)
-    import os
     os.replace(tmp, path)
     return document

@@ -16,7 +16,8 @@ One round:
    run (skipped), any of those and the right one.
 4. Slots left go to any further different pair (one change is the expected case: a second one
    counts only once it holds up with `confirm_jobs` jobs on each side), then to **unknown**
-   pairs: one more job on the side with fewer, up to `max_jobs` per commit (repeats start at one job and grow only where the verdict is unclear).
+   pairs: one more job on the side with fewer, up to `max_jobs` per commit (repeats start at one
+   job and grow only where the verdict is unclear).
 5. If good and bad differ but no neighbouring pair does (a false "same" somewhere), the most
    suspicious pairs get more repeats.
 

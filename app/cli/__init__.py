@@ -17,7 +17,7 @@ COMMANDS = {
     "detect": "app.cli.detect:detect",
     "enqueue": "app.cli.jobs:enqueue",
     "repo": "app.cli.repos:repo",
-    "runner": "runners.cli:runner",
+    "runner": "app.cli.runner:runner",
     "serve": "app.cli.serve:serve",
     "suites": "app.cli.suites:suites",
     "token": "app.cli.tokens:token",

@@ -1,10 +1,15 @@
-"""`parallax token create`: runner registration tokens."""
+"""`parallax token create` / `parallax token revoke`: runner registration tokens."""
 from __future__ import annotations
 
-import click
+from datetime import timedelta
 
-from app.auth.tokens import create_registration_token
+import click
+from sqlalchemy import select
+
+from app.auth.tokens import create_registration_token, hash_token, revoke_registration_token
 from app.cli.context import CliContext, pass_context
+from app.core.errors import NotFound
+from app.core.models import RegistrationToken
 
 
 @click.group()
@@ -14,10 +19,30 @@ def token() -> None:
 
 @token.command("create")
 @click.option("--note", default=None, help="who or what the token is for")
+@click.option("--expires-in-days", type=click.FloatRange(min=0, min_open=True), default=None,
+              help="refuse the token after this many days (default: never)")
 @pass_context
-def token_create(ctx: CliContext, note: str | None) -> None:
+def token_create(ctx: CliContext, note: str | None, expires_in_days: float | None) -> None:
     """Create a runner registration token; prints it as the last line (shown only once)."""
+    expires_in = None if expires_in_days is None else timedelta(days=expires_in_days)
     with ctx.database().session() as session:
-        value = create_registration_token(session, note)
-    click.echo("registration token (store it now; only its hash is kept):", err=True)
+        value = create_registration_token(session, note, expires_in)
+        session.flush()
+        token_id = session.scalar(select(RegistrationToken.id).where(RegistrationToken.token_hash == hash_token(value)))
+    click.echo(f"registration token {token_id} (store it now; only its hash is kept; "
+               f"revoke with `parallax token revoke {token_id}`):", err=True)
     click.echo(value)
+
+
+@token.command("revoke")
+@click.argument("id_or_token")
+@pass_context
+def token_revoke(ctx: CliContext, id_or_token: str) -> None:
+    """Revoke a registration token, given its id or the token itself. Runners it registered keep
+    working until disabled (`parallax runner disable ID`)."""
+    with ctx.database().session() as session:
+        try:
+            row = revoke_registration_token(session, id_or_token)
+        except NotFound as exc:
+            raise click.ClickException(exc.detail) from exc
+        click.echo(f"registration token {row.id} revoked")

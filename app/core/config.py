@@ -67,6 +67,11 @@ class Settings:
     log_cap_bytes: int = 1_000_000
     max_document_bytes: int = 8_000_000
     max_webhook_bytes: int = 25_000_000
+    max_metrics_per_document: int = 256
+    max_samples_per_metric: int = 100_000
+    max_items_per_document: int = 1_000_000
+    max_string_chars: int = 4096  # free-form strings: document context/environment, runner facts
+    read_requires_token: bool = False
     data_dir: str = "var"  # git mirrors live under <data_dir>/mirrors
     repositories: tuple[RepositorySpec, ...] = ()
     suites: tuple[SuiteSpec, ...] = ()
@@ -85,6 +90,17 @@ def _int_env(env: Mapping[str, str], name: str, default: int) -> int:
         return int(raw)
     except ValueError as exc:
         raise ConfigError(f"{name} must be an integer, got {raw!r}") from exc
+
+
+def _bool_env(env: Mapping[str, str], name: str, default: bool) -> bool:
+    raw = (env.get(name) or "").strip().lower()
+    if raw == "":
+        return default
+    if raw in ("1", "true", "yes", "on"):
+        return True
+    if raw in ("0", "false", "no", "off"):
+        return False
+    raise ConfigError(f"{name} must be true or false, got {raw!r}")
 
 
 def _require(table: Mapping[str, Any], key: str, where: str, kind: type) -> Any:
@@ -195,6 +211,11 @@ def load_settings(env: Mapping[str, str] | None = None, **overrides: Any) -> Set
         "log_cap_bytes": _int_env(env, "PARALLAX_LOG_CAP_BYTES", 1_000_000),
         "max_document_bytes": _int_env(env, "PARALLAX_MAX_DOCUMENT_BYTES", 8_000_000),
         "max_webhook_bytes": _int_env(env, "PARALLAX_MAX_WEBHOOK_BYTES", 25_000_000),
+        "max_metrics_per_document": _int_env(env, "PARALLAX_MAX_METRICS_PER_DOCUMENT", 256),
+        "max_samples_per_metric": _int_env(env, "PARALLAX_MAX_SAMPLES_PER_METRIC", 100_000),
+        "max_items_per_document": _int_env(env, "PARALLAX_MAX_ITEMS_PER_DOCUMENT", 1_000_000),
+        "max_string_chars": _int_env(env, "PARALLAX_MAX_STRING_CHARS", 4096),
+        "read_requires_token": _bool_env(env, "PARALLAX_READ_REQUIRES_TOKEN", False),
         "data_dir": env.get("PARALLAX_DATA_DIR") or "var",
     }
     config_path = overrides.pop("config_path", None) or env.get("PARALLAX_CONFIG")

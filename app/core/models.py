@@ -187,6 +187,7 @@ class RegistrationToken(Base):
     note: Mapped[str | None] = mapped_column(String(255))
     created_at: Mapped[datetime] = mapped_column(default=utcnow)
     revoked: Mapped[bool] = mapped_column(Boolean, default=False)
+    expires_at: Mapped[datetime | None]  # None: never
 
 
 class User(Base):
@@ -200,6 +201,7 @@ class User(Base):
     token_hash: Mapped[str] = mapped_column(String(64), unique=True)
     created_at: Mapped[datetime] = mapped_column(default=utcnow)
     disabled: Mapped[bool] = mapped_column(Boolean, default=False)
+    expires_at: Mapped[datetime | None]  # the token's; None: never
 
 
 class Runner(Base):

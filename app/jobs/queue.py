@@ -19,6 +19,7 @@ from app.core.clock import utcnow
 from app.core.db import Database, get_or_create, is_sqlite
 from app.core.duties import Duty
 from app.core.errors import Conflict, Forbidden, Invalid, NotFound
+from app.core.limits import free_text
 from app.core.models import (
     Commit,
     Job,
@@ -32,7 +33,7 @@ from app.core.models import (
     Suite,
 )
 from app.jobs.measurements import document_hash, store_run
-from runners.results import ResultsError, loads
+from runners.results import DEFAULT_LIMITS, Limits, ResultsError, loads
 
 log = logging.getLogger(__name__)
 ACTIVE_STATES = (JobState.queued, JobState.running)
@@ -71,13 +72,18 @@ def enqueue(session: Session, repository: Repository, commit: Commit, suite: Sui
 def enqueue_matrix(session: Session, repository: Repository, sha: str, *, suite_name: str | None = None,
                    platform: str | None = None, reason: JobReason = JobReason.manual, priority: int = 0,
                    force: bool = False) -> list[tuple[Job, bool]]:
-    """Queue the suites x platforms matrix for a commit, or one row/column/cell of it."""
+    """Queue the suites x platforms matrix for a commit, or one row/column/cell of it. A request
+    that would queue nothing (a platform no suite runs on) is refused before anything is written."""
     suites = list(session.scalars(select(Suite).order_by(Suite.name)))
     if suite_name is not None:
         suites = [s for s in suites if s.name == suite_name]
         if not suites:
             raise NotFound(f"unknown suite {suite_name!r}; configured: "
                            f"{', '.join(s.name for s in session.scalars(select(Suite))) or 'none'}")
+    if platform is not None and not any(platform in s.platforms for s in suites):
+        known = sorted({p for s in suites for p in s.platforms})
+        raise Invalid(f"platform: no suite runs on {platform!r} (platforms: {', '.join(known) or 'none'})",
+                      extra={"field": "platform"})
     commit = get_or_create_commit(session, repository, sha)
     results = []
     for suite in suites:
@@ -204,7 +210,7 @@ def append_log(session: Session, runner: Runner, job_id: int, text: str, cap_byt
     """Append a chunk; returns (bytes stored, truncated). Past the cap, chunks are dropped and a
     single marker line says so."""
     job = held_job(session, runner, job_id, attempt)
-    data = text.encode("utf-8", errors="replace")
+    data = free_text(text).encode("utf-8", errors="replace")
     room = cap_bytes - job.log_bytes
     if room <= 0:
         return 0, True
@@ -222,12 +228,18 @@ def append_log(session: Session, runner: Runner, job_id: int, text: str, cap_byt
 
 
 def complete(session: Session, runner: Runner, job_id: int, raw: bytes, max_bytes: int,
-             attempt: int | None = None) -> tuple[Run, bool]:
+             attempt: int | None = None, limits: Limits = DEFAULT_LIMITS) -> tuple[Run, bool]:
     """Store the results document of the held attempt. Returns (run, created). An identical
     retry after success returns the stored run (created False); anything else from a runner
-    that no longer holds the lease is a 409; an invalid document is a 422 and stores nothing."""
+    that no longer holds the lease is a 409; an invalid document is a 422 and stores nothing.
+
+    The job row is locked, and read fresh, before anything is decided: concurrent identical
+    completions then take turns, and each sees what the one before it stored."""
     digest = document_hash(raw)
-    job = session.get(Job, job_id)
+    query = select(Job).where(Job.id == job_id).execution_options(populate_existing=True)
+    if not is_sqlite(session):
+        query = query.with_for_update()
+    job = session.scalar(query)
     if job is None:
         raise NotFound(f"job {job_id} does not exist")
     if job.state == JobState.succeeded:
@@ -236,7 +248,7 @@ def complete(session: Session, runner: Runner, job_id: int, raw: bytes, max_byte
             return run, False
     job = held_job(session, runner, job_id, attempt)
     try:
-        document = loads(raw, max_bytes=max_bytes)
+        document = loads(raw, max_bytes=max_bytes, limits=limits)
     except ResultsError as exc:
         raise Invalid(str(exc), extra={"field": exc.field}) from exc
     suite = session.get(Suite, job.suite_id)
@@ -267,7 +279,7 @@ def fail(session: Session, runner: Runner, job_id: int, reason: str, retryable: 
     kept on the job (`failure_kind`)."""
     job = held_job(session, runner, job_id, attempt)
     moment = utcnow()
-    reason = (reason or "no reason given")[:10_000]
+    reason = free_text(reason or "no reason given")[:10_000]
     if handback:
         job.max_attempts += 1
         outcome = "handed_back"

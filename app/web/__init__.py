@@ -8,6 +8,7 @@ from __future__ import annotations
 from typing import Any
 
 from flask import Flask, current_app, has_app_context
+from flask.json.provider import DefaultJSONProvider
 
 from app import wiring
 from app.core import logs
@@ -15,7 +16,8 @@ from app.core.config import Settings, add_settings_provider, load_settings
 from app.core.db import Database
 from app.core.migrate import ensure_current
 from app.jobs.catalogue import sync_catalogue
-from app.web import errors
+from app.web import errors, guards, routing
+from app.web.admin_api import bp as admin_bp
 from app.web.api import bp as api_bp
 from app.web.bisect_api import bp as bisect_bp
 from app.web.dashboard import bp as dashboard_bp
@@ -23,6 +25,15 @@ from app.web.runner_api import bp as runner_bp
 from app.web.series_api import bp as series_bp
 from app.web.session import close_request_session
 from app.web.webhooks import bp as webhooks_bp
+
+
+class StrictJSONProvider(DefaultJSONProvider):
+    """JSON has no NaN or Infinity: a response that would carry one fails loudly (a logged 500
+    caught by the tests) instead of reaching a client as invalid JSON."""
+
+    def dumps(self, obj: Any, **kwargs: Any) -> str:
+        kwargs.setdefault("allow_nan", False)
+        return super().dumps(obj, **kwargs)
 
 
 def _app_settings() -> Settings | None:
@@ -41,6 +52,7 @@ def create_app(config: Settings | dict[str, Any] | None = None, *, check_schema:
     wiring.connect()
     add_settings_provider(_app_settings)
     flask_app = Flask(__name__)
+    flask_app.json = StrictJSONProvider(flask_app)
     flask_app.config["SECRET_KEY"] = settings.secret_key
     flask_app.config["MAX_CONTENT_LENGTH"] = max(settings.max_document_bytes, settings.max_webhook_bytes)
     flask_app.extensions["parallax.settings"] = settings
@@ -51,8 +63,10 @@ def create_app(config: Settings | dict[str, Any] | None = None, *, check_schema:
     with database.session() as session:
         sync_catalogue(session, settings)
 
+    routing.register(flask_app)
     errors.register(flask_app)
-    for blueprint in (runner_bp, api_bp, bisect_bp, webhooks_bp, series_bp, dashboard_bp):
+    guards.register(flask_app)
+    for blueprint in (runner_bp, admin_bp, api_bp, bisect_bp, webhooks_bp, series_bp, dashboard_bp):
         flask_app.register_blueprint(blueprint)
 
     @flask_app.teardown_appcontext

@@ -7,6 +7,7 @@ from typing import Any
 from flask import Blueprint, jsonify, request
 from sqlalchemy import select
 
+from app.core import limits
 from app.core.clock import as_utc
 from app.core.errors import Invalid, NotFound
 from app.core.models import Commit, Job, JobLog, JobReason, Repository, Run, Suite
@@ -62,17 +63,18 @@ def create_jobs():  # type: ignore[no-untyped-def]
     repo = find_repository(session, body.get("repository"))
     sha = require_sha(body.get("commit"))
     suite, platform = body.get("suite"), body.get("platform")
-    for field, value in (("suite", suite), ("platform", platform)):
-        if value is not None and (not isinstance(value, str) or not value):
-            raise Invalid(f"{field}: must be a non-empty string", extra={"field": field})
-    force = bool(body.get("rerun", False))
+    if suite is not None:
+        suite = limits.identifier(suite, "suite", limits.SUITE_NAME_CHARS)
+    if platform is not None:
+        platform = limits.identifier(platform, "platform", limits.PLATFORM_CHARS)
+    force = limits.boolean(body.get("rerun", False), "rerun")
     results = queue.enqueue_matrix(session, repo, sha, suite_name=suite, platform=platform,
                                    reason=JobReason.rerun if force else JobReason.manual, force=force)
     session.commit()
     return jsonify({"jobs": [dict(job_json(job), created=created) for job, created in results]}), 201
 
 
-@bp.get("/api/v1/jobs/<int:job_id>")
+@bp.get("/api/v1/jobs/<id:job_id>")
 def get_job(job_id: int):  # type: ignore[no-untyped-def]
     session = request_session()
     job = session.get(Job, job_id)

@@ -33,12 +33,28 @@ def json_body(*, required: bool = True, max_bytes: int = 1_000_000) -> dict[str,
 
 
 def read_body(max_bytes: int) -> bytes:
+    """The whole body, refused with 413 over `max_bytes`: by its Content-Length up front, or,
+    for a chunked body, as soon as more than `max_bytes` arrived. (One `read(max_bytes + 1)`
+    silently stops at the app's MAX_CONTENT_LENGTH, cutting a chunked body off.)"""
     length = request.content_length
     if length is not None and length > max_bytes:
         raise PayloadTooLarge(f"body is {length} bytes, over the limit of {max_bytes}")
-    raw = request.get_data(cache=True)
-    if len(raw) > max_bytes:
-        raise PayloadTooLarge(f"body is {len(raw)} bytes, over the limit of {max_bytes}")
+    cached = request.environ.get("parallax.body")
+    if cached is not None:
+        return cached
+    stream = request.stream  # werkzeug's: it raises 413 itself past the app's MAX_CONTENT_LENGTH
+    chunks: list[bytes] = []
+    size = 0
+    while True:
+        chunk = stream.read(min(65536, max_bytes + 1 - size))
+        if not chunk:
+            break
+        chunks.append(chunk)
+        size += len(chunk)
+        if size > max_bytes:
+            raise PayloadTooLarge(f"body is over the limit of {max_bytes} bytes")
+    raw = b"".join(chunks)
+    request.environ["parallax.body"] = raw
     return raw
 
 

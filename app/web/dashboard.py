@@ -185,7 +185,7 @@ def commit_page(sha: str):  # type: ignore[no-untyped-def]
                            suites=suites, alerts=alerts, branch=branch)
 
 
-@bp.get("/jobs/<int:job_id>")
+@bp.get("/jobs/<id:job_id>")
 def job_page(job_id: int):  # type: ignore[no-untyped-def]
     session = request_session()
     job = session.get(Job, job_id)
@@ -251,9 +251,11 @@ def render_chart(series: list[Series], metric: str) -> str:
             axis.axvline(change.bad_position - 0.5, color=line.get_color(), linestyle="--", linewidth=1)
     axis.xaxis.set_major_locator(MaxNLocator(integer=True))
     axis.set_xlabel("commit (position in first-parent history)")
-    axis.set_ylabel(f"{metric}: % vs first measured")
+    # Names are data, not mathtext: "$x$" in a metric name must print as typed, not be parsed.
+    axis.set_ylabel(f"{metric}: % vs first measured", parse_math=False)
     axis.grid(alpha=0.3)
-    axis.legend(loc="best", fontsize=8)
+    for text in axis.legend(loc="best", fontsize=8).get_texts():
+        text.set_parse_math(False)
     figure.tight_layout()
     buffer = io.StringIO()
     figure.savefig(buffer, format="svg")

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import logging
 
-from flask import Flask, jsonify, render_template_string, request
+from flask import Flask, jsonify, make_response, render_template_string, request
 from werkzeug.exceptions import HTTPException
+from werkzeug.http import HTTP_STATUS_CODES
 
 from app.core.errors import APIError
 
@@ -21,9 +22,18 @@ def wants_html() -> bool:
     return not (path.startswith("/api/") or path.startswith("/webhooks/") or path == "/healthz")
 
 
+def html_error(code: int, name: str, detail: str):  # type: ignore[no-untyped-def]
+    response = make_response(render_template_string(HTML_ERROR, code=code, name=name, detail=detail), code)
+    if code == 401:  # lets a browser ask for the token (as the password) where reading needs one
+        response.headers["WWW-Authenticate"] = 'Basic realm="Parallax", charset="UTF-8"'
+    return response
+
+
 def register(app: Flask) -> None:
     @app.errorhandler(APIError)
     def _api_error(exc: APIError):  # type: ignore[no-untyped-def]
+        if wants_html():
+            return html_error(exc.status, HTTP_STATUS_CODES.get(exc.status, "Error"), exc.detail)
         body = {"error": exc.error, "detail": exc.detail, **exc.extra}
         return jsonify(body), exc.status
 
@@ -31,10 +41,12 @@ def register(app: Flask) -> None:
     def _http_error(exc: HTTPException):  # type: ignore[no-untyped-def]
         name = (exc.name or "error").lower().replace(" ", "_")
         if wants_html():
-            return render_template_string(HTML_ERROR, code=exc.code, name=exc.name, detail=exc.description), exc.code
+            return html_error(exc.code or 500, exc.name, exc.description or "")
         return jsonify({"error": name, "detail": exc.description}), exc.code or 500
 
     @app.errorhandler(Exception)
     def _unexpected(exc: Exception):  # type: ignore[no-untyped-def]
         log.exception("unhandled error")
+        if wants_html():
+            return html_error(500, "Internal Server Error", "unexpected server error; see the service log")
         return jsonify({"error": "internal_error", "detail": "unexpected server error; see the service log"}), 500

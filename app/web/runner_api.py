@@ -7,8 +7,9 @@ from typing import Any
 from flask import Blueprint, Response, jsonify, request
 
 from app.auth.tokens import create_registration_token, hash_token, new_token
+from app.core import limits
 from app.core.clock import as_utc
-from app.core.errors import APIError, Invalid
+from app.core.errors import Invalid
 from app.core.models import Job, Repository, Runner, Suite
 from app.jobs import queue
 from app.web.auth import require_registration_token, require_runner
@@ -19,13 +20,16 @@ bp = Blueprint("runner_api", __name__, url_prefix="/api/v1")
 
 
 def attempt_arg(body: dict[str, Any] | None = None) -> int | None:
-    value = (body or {}).get("attempt", request.args.get("attempt"))
-    if value is None:
+    """The optional `attempt` of a holder call: a JSON integer in the body, or `?attempt=` as
+    decimal digits; 1.9, "1" in JSON, or true are 422."""
+    if body and "attempt" in body:
+        return limits.integer(body["attempt"], "attempt", minimum=1)
+    text = request.args.get("attempt")
+    if text is None:
         return None
-    try:
-        return int(value)
-    except (TypeError, ValueError) as exc:
-        raise APIError(f"attempt must be an integer, got {value!r}") from exc
+    if not text.isascii() or not text.isdigit() or len(text) > 10:
+        raise Invalid(f"attempt: must be a positive integer, got {text!r}", extra={"field": "attempt"})
+    return limits.integer(int(text), "attempt", minimum=1)
 
 
 def job_payload(job: Job, repository: Repository, suite: Suite) -> dict[str, Any]:
@@ -45,19 +49,21 @@ def register_runner():  # type: ignore[no-untyped-def]
     session = request_session()
     registration = require_registration_token(session)
     body = json_body()
-    name = body.get("name")
+    name = limits.identifier(body.get("name"), "name", limits.RUNNER_NAME_CHARS)
     labels = body.get("labels", {})
     facts = body.get("facts", {})
-    if not isinstance(name, str) or not name.strip() or len(name) > 255:
-        raise Invalid("name: must be a non-empty string of at most 255 characters", extra={"field": "name"})
     if not isinstance(labels, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in labels.items()):
         raise Invalid("labels: must be an object of string keys and string values", extra={"field": "labels"})
     if not isinstance(facts, dict):
         raise Invalid("facts: must be an object", extra={"field": "facts"})
-    platform = labels.get("platform")
-    if not platform:
+    if not labels.get("platform"):
         raise Invalid("labels.platform: required (cuda, rocm, cpu, cuda-sim, rocm-sim, ...)",
                       extra={"field": "labels.platform"})
+    platform = limits.identifier(labels["platform"], "labels.platform", limits.PLATFORM_CHARS)
+    for key, value in labels.items():
+        limits.identifier(key, "labels", settings().max_string_chars)
+        limits.identifier(value, f"labels.{key}", settings().max_string_chars)
+    limits.json_value(facts, "facts", settings())
     token = new_token("pxt")
     runner = Runner(name=name.strip(), platform=platform, labels=labels, facts=facts,
                     token_hash=hash_token(token), registration_token_id=registration.id)
@@ -71,13 +77,7 @@ def claim_job():  # type: ignore[no-untyped-def]
     session = request_session()
     runner = require_runner(session)
     body = json_body(required=False)
-    try:
-        wait_s = float(body.get("wait_s", 0))
-    except (TypeError, ValueError) as exc:
-        raise Invalid(f"wait_s: must be a number, got {body.get('wait_s')!r}", extra={"field": "wait_s"}) from exc
-    if wait_s < 0:
-        raise Invalid("wait_s: must not be negative", extra={"field": "wait_s"})
-    wait_s = min(wait_s, settings().claim_max_wait_s)
+    wait_s = min(limits.number(body.get("wait_s", 0), "wait_s", minimum=0), settings().claim_max_wait_s)
     session.close()  # do not hold a connection through the long-poll
     job = queue.claim(get_db(), runner.id, lease_s=settings().lease_s, wait_s=wait_s)
     if job is None:
@@ -88,7 +88,7 @@ def claim_job():  # type: ignore[no-untyped-def]
     return jsonify({"job": job_payload(job, job.repository, job.suite)}), 200
 
 
-@bp.post("/jobs/<int:job_id>/heartbeat")
+@bp.post("/jobs/<id:job_id>/heartbeat")
 def heartbeat(job_id: int):  # type: ignore[no-untyped-def]
     session = request_session()
     runner = require_runner(session)
@@ -98,7 +98,7 @@ def heartbeat(job_id: int):  # type: ignore[no-untyped-def]
                     "cancel": job.cancel_requested})
 
 
-@bp.post("/jobs/<int:job_id>/logs")
+@bp.post("/jobs/<id:job_id>/logs")
 def append_logs(job_id: int):  # type: ignore[no-untyped-def]
     session = request_session()
     runner = require_runner(session)
@@ -108,28 +108,26 @@ def append_logs(job_id: int):  # type: ignore[no-untyped-def]
     return jsonify({"stored_bytes": stored, "truncated": truncated})
 
 
-@bp.post("/jobs/<int:job_id>/complete")
+@bp.post("/jobs/<id:job_id>/complete")
 def complete_job(job_id: int):  # type: ignore[no-untyped-def]
     session = request_session()
     runner = require_runner(session)
     raw = read_body(settings().max_document_bytes)
-    run, created = queue.complete(session, runner, job_id, raw, settings().max_document_bytes, attempt_arg())
+    run, created = queue.complete(session, runner, job_id, raw, settings().max_document_bytes, attempt_arg(),
+                                  limits.document_limits(settings()))
     return jsonify({"run_id": run.id, "job_id": job_id, "created": created}), 201 if created else 200
 
 
-@bp.post("/jobs/<int:job_id>/fail")
+@bp.post("/jobs/<id:job_id>/fail")
 def fail_job(job_id: int):  # type: ignore[no-untyped-def]
     session = request_session()
     runner = require_runner(session)
     body = json_body()
     reason = body.get("reason")
-    retryable = body.get("retryable", False)
     if not isinstance(reason, str) or not reason.strip():
         raise Invalid("reason: must be a non-empty string", extra={"field": "reason"})
-    handback = body.get("handback", False)
-    for field, value in (("retryable", retryable), ("handback", handback)):
-        if not isinstance(value, bool):
-            raise Invalid(f"{field}: must be true or false", extra={"field": field})
+    retryable = limits.boolean(body.get("retryable", False), "retryable")
+    handback = limits.boolean(body.get("handback", False), "handback")
     kind = body.get("kind")
     if kind not in (None, *queue.FAILURE_KINDS):
         raise Invalid(f"kind: must be one of {', '.join(queue.FAILURE_KINDS)} or absent, got {kind!r}",

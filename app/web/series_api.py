@@ -14,6 +14,7 @@ from sqlalchemy import select
 
 from app.core.clock import as_utc, utcnow
 from app.core.errors import Invalid, NotFound
+from app.core.limits import free_text
 from app.core.models import Alert, AlertChange, AlertState, Bisect, Commit, Repository, Run
 from app.detection.detector import detect
 from app.detection.series import Series, SeriesKey, load_series
@@ -40,11 +41,24 @@ def _repository(session, name: str) -> Repository:  # type: ignore[no-untyped-de
     return repository
 
 
+def summary_json(samples: list[float]) -> dict[str, Any]:
+    """n, median, mean, stdev, min, max. Computed on samples scaled by their largest magnitude, so
+    that the mean of huge samples does not overflow; a statistic that still does not fit a
+    double (the stdev of +-1.7e308) is null, since JSON has no infinity."""
+    values = np.asarray(samples, dtype=float)
+    if not values.size:
+        return {"n": 0}
+    scale = float(np.max(np.abs(values))) or 1.0
+    scaled = values / scale
+    with np.errstate(over="ignore"):
+        summary = {"median": float(np.median(scaled)) * scale, "mean": float(scaled.mean()) * scale,
+                   "stdev": float(scaled.std(ddof=1)) * scale if values.size > 1 else 0.0,
+                   "min": float(values.min()), "max": float(values.max())}
+    return {"n": int(values.size), **json_safe(summary)}
+
+
 def _point_json(point: Any) -> dict[str, Any]:
-    values = np.asarray(point.samples, dtype=float)
-    summary = ({"n": int(values.size), "median": float(np.median(values)), "mean": float(values.mean()),
-                "stdev": float(values.std(ddof=1)) if values.size > 1 else 0.0,
-                "min": float(values.min()), "max": float(values.max())} if values.size else {"n": 0})
+    summary = summary_json(point.samples)
     return {"commit": point.sha, "position": point.position, "runs": point.run_ids, "samples": point.samples,
             "summary": summary}
 
@@ -141,7 +155,7 @@ def list_alerts():  # type: ignore[no-untyped-def]
     return jsonify({"alerts": [alert_json(session, a) for a in session.scalars(query)]})
 
 
-@bp.patch("/api/v1/alerts/<int:alert_id>")
+@bp.patch("/api/v1/alerts/<id:alert_id>")
 def update_alert(alert_id: int):  # type: ignore[no-untyped-def]
     session = request_session()
     actor = require_maintainer(session)
@@ -163,7 +177,7 @@ def update_alert(alert_id: int):  # type: ignore[no-untyped-def]
     if "state" in body:
         alert.state = AlertState(state)
     if "note" in body:
-        alert.note = note
+        alert.note = None if note is None else free_text(note)
     alert.updated_by = actor
     alert.updated_at = utcnow()
     session.commit()

@@ -8,21 +8,12 @@ from sqlalchemy.exc import IntegrityError
 
 from app.core.clock import utcnow
 from app.core.config import Settings
-from app.core.errors import PayloadTooLarge
 from app.core.models import WebhookDelivery
 from app.github.ingest import BadRequest, ServiceUnavailable, classify, parse_payload, verify_signature
+from app.web.bodies import read_body
 from app.web.session import request_session
 
 bp = Blueprint("webhooks", __name__)
-
-
-def _read_body(limit: int) -> bytes:
-    if request.content_length is not None and request.content_length > limit:
-        raise PayloadTooLarge(f"webhook body is {request.content_length} bytes; the limit is {limit}")
-    body = request.stream.read(limit + 1)
-    if len(body) > limit:
-        raise PayloadTooLarge(f"webhook body is over the limit of {limit} bytes")
-    return body
 
 
 @bp.post("/webhooks/github")
@@ -30,7 +21,7 @@ def receive():  # type: ignore[no-untyped-def]
     settings: Settings = current_app.extensions["parallax.settings"]
     if not settings.github_webhook_secret:
         raise ServiceUnavailable("webhooks are off: PARALLAX_GITHUB_WEBHOOK_SECRET is not set")
-    body = _read_body(settings.max_webhook_bytes)
+    body = read_body(settings.max_webhook_bytes)
     verify_signature(settings.github_webhook_secret, body, request.headers.get("X-Hub-Signature-256"))
     event = request.headers.get("X-GitHub-Event", "")
     delivery_id = request.headers.get("X-GitHub-Delivery", "")

@@ -67,6 +67,10 @@ def main() -> int:
     if MODE == "exit3":
         print("something went wrong in the engine", flush=True)
         return 3
+    if MODE == "nul":  # output with NUL bytes, then a failure
+        sys.stdout.buffer.write(b"engine crashed\x00\x00 at step 7\n")
+        sys.stdout.flush()
+        return 3
     if MODE == "silent":
         return 0
     doc = document(samples)

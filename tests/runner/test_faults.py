@@ -1,5 +1,5 @@
 """Faults the runner must survive: outages, hanging and broken commands, crashes, shutdown,
-cancellation. SQLite only (the core flow covers PostgreSQL too)."""
+cancellation. SQLite (the core flow covers PostgreSQL), except NUL output, a PostgreSQL-only fault)."""
 from __future__ import annotations
 
 import signal
@@ -167,3 +167,16 @@ def test_heartbeats_keep_a_job_longer_than_its_lease_and_logs_stream_while_it_ru
     assert run["runner_id"] == harness.runner_ids()["r1"]
     rival.send_signal(signal.SIGTERM)
     assert harness.wait_exit(rival) == 0 and harness.wait_exit(proc) == 0
+
+
+@pytest.mark.postgres
+def test_a_job_printing_nul_bytes_fails_once_with_its_reason_and_log_on_postgres(make_harness, postgres_url):
+    h = make_harness(postgres_url)
+    job_id = h.enqueue(h.shas[0])
+    proc = h.start_runner("r1", "--once", mode="nul")
+    job = h.wait_job(job_id, ("failed",), proc=proc)
+    assert job["attempt"] == 1
+    assert job["failure_reason"].startswith("command exited with status 3")
+    assert "engine crashed\ufffd\ufffd at step 7" in job["failure_reason"]
+    assert "engine crashed\ufffd\ufffd at step 7" in job["log"]
+    assert h.wait_exit(proc) == 0

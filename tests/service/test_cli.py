@@ -99,3 +99,33 @@ def test_serve_refuses_an_unmigrated_database(env):
                             capture_output=True, text=True, timeout=60)
     assert result.returncode == 1
     assert "Run `parallax db upgrade` first" in result.stderr
+
+
+def test_token_revoke_refuses_the_token_afterwards(env):
+    from app.auth.tokens import registration_token_for
+    from app.core.db import Database
+    from app.core.errors import Unauthorized
+    invoke(env, "db", "upgrade")
+    token = invoke(env, "token", "create").output.strip().splitlines()[-1]
+    result = invoke(env, "token", "revoke", "1")
+    assert result.exit_code == 0 and "revoked" in result.output
+    db = Database(env["PARALLAX_DATABASE_URL"])
+    with db.session() as session, pytest.raises(Unauthorized):
+        registration_token_for(session, token)
+    db.engine.dispose()
+
+
+def test_user_disable_and_runner_disable_name_what_they_did(env):
+    from app.core.db import Database
+    from app.core.models import Runner, User
+    invoke(env, "db", "upgrade")
+    invoke(env, "user", "add", "ada")
+    db = Database(env["PARALLAX_DATABASE_URL"])
+    with db.session() as session:
+        session.add(Runner(name="mi300x", platform="rocm", labels={}, token_hash="0" * 64))
+    assert "user ada disabled" in invoke(env, "user", "disable", "ada").output
+    assert "runner 1 (mi300x) disabled" in invoke(env, "runner", "disable", "1").output
+    with db.session() as session:
+        assert session.get(User, 1).disabled and session.get(Runner, 1).disabled
+    db.engine.dispose()
+    assert CliRunner().invoke(main, ["runner", "disable", "7"], env=env).exit_code == 1
