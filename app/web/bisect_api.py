@@ -25,7 +25,7 @@ def create_bisect():  # type: ignore[no-untyped-def]
     return jsonify(service.bisect_json(session, bisect)), 201
 
 
-@bp.get("/api/v1/bisects/<int:bisect_id>")
+@bp.get("/api/v1/bisects/<id:bisect_id>")
 def get_bisect(bisect_id: int):  # type: ignore[no-untyped-def]
     session = request_session()
     bisect = session.get(Bisect, bisect_id)

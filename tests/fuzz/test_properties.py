@@ -16,9 +16,9 @@ from sqlalchemy import func, select
 
 from app.core.models import Run
 from runners.results import ResultsError, validate
-from tests.conftest import make_settings
 from tests.fuzz.strategies import claim_bodies, results_documents, webhook_bodies
-from tests.service.helpers import claim, queue_jobs, register
+from tests.support.service_api import claim, queue_jobs, register
+from tests.support.settings import make_settings
 
 EXAMPLES = 60
 SERVICE = settings(max_examples=EXAMPLES, deadline=None, derandomize=True,

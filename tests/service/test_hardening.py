@@ -10,8 +10,8 @@ import pytest
 from sqlalchemy import func, select
 
 from app.core.models import Alert, Commit, Job, JobLog, JobState, Repository, Run
-from tests.conftest import make_settings
-from tests.service.helpers import SHA_A, admin_headers, claim, document, queue_jobs, raw, register
+from tests.support.service_api import SHA_A, admin_headers, claim, document, queue_jobs, raw, register
+from tests.support.settings import make_settings
 
 
 def strict_json(text: str) -> Any:
@@ -74,7 +74,7 @@ def test_1_nul_in_a_metric_name_or_unit_is_422_naming_the_field(client, held, db
     ({"name": "r", "labels": {"platform": "cp\x00u"}}, "labels.platform"),
 ])
 def test_1_nul_in_a_runner_name_or_platform_is_422(client, app, body, field):
-    from tests.service.helpers import registration_token
+    from tests.support.service_api import registration_token
     response = client.post("/api/v1/runners", json=body,
                            headers={"Authorization": f"Bearer {registration_token(app)}"})
     assert response.status_code == 422
@@ -118,7 +118,7 @@ def test_2_a_unit_longer_than_its_column_is_422(client, held):
 
 
 def test_2_a_platform_label_longer_than_its_column_is_422(client, app):
-    from tests.service.helpers import registration_token
+    from tests.support.service_api import registration_token
     response = client.post("/api/v1/runners", json={"name": "r", "labels": {"platform": "p" * 65}},
                            headers={"Authorization": f"Bearer {registration_token(app)}"})
     assert response.status_code == 422
@@ -126,7 +126,7 @@ def test_2_a_platform_label_longer_than_its_column_is_422(client, app):
 
 
 def test_2_nan_in_runner_facts_is_422(client, app):
-    from tests.service.helpers import registration_token
+    from tests.support.service_api import registration_token
     body = b'{"name": "r", "labels": {"platform": "cpu"}, "facts": {"gpu_temp": NaN}}'
     response = client.post("/api/v1/runners", data=body, content_type="application/json",
                            headers={"Authorization": f"Bearer {registration_token(app)}"})
@@ -169,7 +169,7 @@ def test_4_twenty_simultaneous_identical_completes_on_postgres_one_201_the_rest_
     import requests
 
     from app.web import create_app
-    from tests.conftest import LiveServer
+    from tests.support.live_server import LiveServer
     flask_app = create_app(make_settings(postgres_url))
     client = flask_app.test_client()
     queue_jobs(client, SHA_A, suite="decode-throughput", platform="cpu")
@@ -267,8 +267,8 @@ def test_10_a_chunked_webhook_body_over_the_limit_is_413_when_the_limit_is_the_l
     import requests
 
     from app.web import create_app
-    from tests.conftest import LiveServer
-    from tests.github.conftest import SECRET, webhook_headers
+    from tests.support.github import SECRET, webhook_headers
+    from tests.support.live_server import LiveServer
     flask_app = create_app(make_settings(database_url, github_webhook_secret=SECRET, max_webhook_bytes=20_000,
                                          max_document_bytes=10_000, data_dir=str(tmp_path)))
     body = json.dumps({"zen": "x" * 50_000}).encode()
@@ -363,7 +363,7 @@ def test_9_when_reading_needs_a_token_logs_pages_and_api_refuse_anonymous_reader
     import base64
 
     from app.web import create_app
-    from tests.conftest import ADMIN_TOKEN
+    from tests.support.settings import ADMIN_TOKEN
     flask_app = create_app(make_settings(database_url, read_requires_token=True))
     try:
         client = flask_app.test_client()
