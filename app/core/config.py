@@ -15,6 +15,8 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any, Callable, Iterator, Mapping
 
+from runners.adapters.registry import ADAPTERS
+
 log = logging.getLogger(__name__)
 DEFAULT_DATABASE_URL = "sqlite:///var/parallax.db"
 KNOWN_PLATFORMS = ("cuda", "rocm", "cpu", "cuda-sim", "rocm-sim")
@@ -119,7 +121,6 @@ SUITE_KEYS = frozenset({"name", "command", "platforms", "timeout_s", "repeats", 
 def _adapter_keys(table: Mapping[str, Any], where: str, known_platforms: tuple[str, ...]) -> dict[str, Any]:
     """`adapter`, `outputs`, `setup`, `setup_timeout_s`, `env` of one suite, checked; also any
     misspelled key and platform, since a typo there silently measures nothing."""
-    from runners.adapters.registry import ADAPTERS
     unknown = sorted(set(table) - SUITE_KEYS)
     if unknown:
         raise ConfigError(f"{where}: unknown key(s) {', '.join(map(repr, unknown))}; known: {', '.join(sorted(SUITE_KEYS))}")
