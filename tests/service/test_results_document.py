@@ -55,6 +55,16 @@ def test_non_finite_literals_are_refused(literal):
         loads(text)
 
 
+@pytest.mark.parametrize("literal", ["1e999", "-1e999", "9" * 400])
+def test_a_sample_that_overflows_a_float_is_refused_naming_the_sample(literal):
+    # `1e999` is valid JSON that parses to infinity without reaching parse_constant; a 400-digit
+    # integer parses to an int that no float can hold.
+    text = json.dumps(document()).replace("1198.7", literal)
+    with pytest.raises(ResultsError) as info:
+        loads(text)
+    assert info.value.field == "metrics[0].samples[1]" and "finite" in info.value.message
+
+
 def test_non_finite_in_context_names_the_key():
     doc = document(context={"batch": {"ratio": float("nan")}})
     with pytest.raises(ResultsError) as info:
@@ -96,6 +106,17 @@ def test_service_refuses_nan_with_422(client, db, held):
     text = json.dumps(document()).replace("7.9", "NaN")
     response = client.post(f"/api/v1/jobs/{job['id']}/complete", data=text, headers=headers)
     assert response.status_code == 422 and "non-finite" in response.get_json()["detail"]
+
+
+@pytest.mark.parametrize("literal", ["1e999", "9" * 400])
+def test_service_refuses_an_overflowing_sample_with_422_and_stores_nothing(client, db, held, literal):
+    job, headers = held
+    text = json.dumps(document()).replace("1198.7", literal)
+    response = client.post(f"/api/v1/jobs/{job['id']}/complete", data=text, headers=headers)
+    assert response.status_code == 422 and response.get_json()["field"] == "metrics[0].samples[1]"
+    with db.session() as session:
+        assert session.scalar(select(func.count()).select_from(Run)) == 0
+        assert session.get(Job, job["id"]).state == JobState.running
 
 
 def test_service_refuses_malformed_document_with_422(client, held):
