@@ -5,7 +5,7 @@ import pytest
 from sqlalchemy import func, select
 
 from app.core.models import Job, JobState, Run
-from runners.results import ResultsError, loads, validate
+from runners.results import MAX_SAMPLES, ResultsError, loads, validate
 from tests.service.helpers import SHA_A, claim, document, queue_jobs, register
 
 
@@ -123,3 +123,24 @@ def test_service_refuses_malformed_document_with_422(client, held):
     job, headers = held
     response = client.post(f"/api/v1/jobs/{job['id']}/complete", data=b"{oops", headers=headers)
     assert response.status_code == 422 and response.get_json()["field"] == "$"
+
+
+def test_exactly_the_sample_limit_is_accepted_and_one_more_is_refused():
+    doc = document()
+    doc["metrics"][0]["samples"] = [1.0] * MAX_SAMPLES
+    assert len(validate(doc).metrics[0].samples) == MAX_SAMPLES
+    doc["metrics"][0]["samples"].append(1.0)
+    with pytest.raises(ResultsError) as info:
+        validate(doc)
+    assert info.value.field == "metrics[0].samples" and str(MAX_SAMPLES) in info.value.message
+
+
+def test_an_environment_without_a_platform_is_valid():
+    environment = {k: v for k, v in document()["environment"].items() if k != "platform"}
+    assert "platform" not in validate(document(environment=environment)).environment
+
+
+def test_a_platform_that_is_not_a_string_is_refused():
+    with pytest.raises(ResultsError) as info:
+        validate(document(environment={"platform": 3}))
+    assert info.value.field == "environment.platform"
