@@ -39,7 +39,8 @@ class Target:
 TARGETS = (
     Target("queue", ("app/jobs/queue.py",),
            ("tests/service/test_runner_protocol.py", "tests/service/test_lease_state_machine.py",
-            "tests/service/test_claim_concurrency.py", "tests/service/test_background.py")),
+            "tests/service/test_claim_concurrency.py", "tests/service/test_background.py",
+            "tests/service/test_enqueue.py")),
     Target("results", ("runners/results.py",), ("tests/service/test_results_document.py",)),
     Target("webhooks", ("app/github/ingest.py", "app/web/webhooks.py"),
            ("tests/github/test_webhook_requests.py", "tests/github/test_processing.py")),
