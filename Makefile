@@ -8,7 +8,7 @@ PIP := $(PY) -m pip
 TORCH_SPEC ?= torch==2.13.0
 STAMP := $(VENV)/.installed
 
-.PHONY: install demo test test-fast lint bench clean serve
+.PHONY: install demo test test-fast lint bench clean serve mutation
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -35,6 +35,11 @@ test: $(STAMP)
 
 test-fast: $(STAMP)
 	$(PY) -m pytest -m "not slow" $(PYTEST_ARGS)
+
+# Mutation testing of the safety-critical modules (docs/testing.md); not part of .ci/run.
+# MUTATION_ARGS e.g. "--per-target 40 --only queue"; bench/results/mutation/ holds the sessions.
+mutation: $(STAMP)
+	$(PY) scripts/mutation.py $(MUTATION_ARGS)
 
 serve: $(STAMP)
 	$(VENV)/bin/parallax db upgrade && $(VENV)/bin/parallax serve

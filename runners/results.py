@@ -182,9 +182,15 @@ def validate(data: Any, limits: Limits = DEFAULT_LIMITS) -> ResultsDocument:
         for j, sample in enumerate(samples):
             if isinstance(sample, bool) or not isinstance(sample, (int, float)):
                 raise ResultsError(f"{where}.samples[{j}]", f"must be a number, got {type(sample).__name__}")
-            if not math.isfinite(sample):
+            # `1e999` parses to infinity without passing through parse_constant, and an integer
+            # too large for a float overflows on conversion: both are non-finite samples.
+            try:
+                value = float(sample)
+            except OverflowError:
+                value = math.inf
+            if not math.isfinite(value):
                 raise ResultsError(f"{where}.samples[{j}]", "must be finite (NaN and infinity are refused)")
-            values.append(float(sample))
+            values.append(value)
         metrics.append(Metric(name=name, unit=unit, direction=direction, samples=tuple(values)))
     items = None
     if data.get("items") is not None:

@@ -186,6 +186,8 @@ def held_job(session: Session, runner: Runner, job_id: int, attempt: int | None 
     job = session.scalar(query)
     if job is None:
         raise NotFound(f"job {job_id} does not exist")
+    # The state is what protects a succeeded job: it keeps `runner_id` (who ran it), so without
+    # the state condition its runner could still heartbeat it or fail it back into the queue.
     holds = (job.state == JobState.running and job.runner_id == runner.id
              and (attempt is None or attempt == job.attempt))
     if holds:

@@ -21,6 +21,7 @@ from app.detection import (
     mcnemar_exact,
     two_proportion_z,
 )
+from app.detection.detector import prepare
 from tests.detection.histories import EXPECTED, SCENARIOS, make_history
 
 
@@ -67,6 +68,37 @@ def test_a_single_outlier_is_a_spike_not_a_change():
     values = noisy(rng, 80, 0.01)
     values[40] *= 1.6
     assert find_change_points(list(values)) == []
+
+
+# A fixed, repeating noise pattern (sigma about 1.6) so that the spike tests below do not hang
+# on a random draw: which points are spikes, and where a step lands, are exact.
+PATTERN = [2.0, -2.0, 0.8, -0.8, 0.0, 1.2]
+
+
+def patterned(n: int, level: float = 100.0) -> np.ndarray:
+    return np.array([level + PATTERN[i % len(PATTERN)] for i in range(n)])
+
+
+def test_spikes_are_the_lone_outliers_and_are_replaced_by_their_neighbours_median():
+    values = patterned(40)
+    values[10], values[25] = 130.0, 70.0           # lone outliers, one up, one down
+    values[15] = values[16] = 130.0                # two commits in a row: a short level, not a spike
+    values[0], values[39] = 130.0, 70.0            # the ends have one neighbour: never spikes
+    prepared = prepare([[v] for v in values])
+    assert prepared.spikes == {10, 25}
+    assert prepared.levels[10] == np.median(values[[8, 9, 11, 12]])
+    assert prepared.levels[25] == np.median(values[[23, 24, 26, 27]])
+    assert prepared.levels[15] == 130.0
+
+
+def test_a_spike_beside_a_step_neither_moves_the_change_nor_counts_as_the_old_level():
+    values = patterned(60)
+    values[30:] += 3.0                             # the real change starts at index 30
+    values[28] = 124.0                             # a spike two commits before it, on the new side
+    (change,) = detect([[v] for v in values])
+    # Without spike handling the change is reported at the spike (index 28); with the spike
+    # kept in the before/after comparison the old level counts 30 commits instead of 29.
+    assert (change.index, change.n_before, change.n_after) == (30, 29, 30)
 
 
 def test_banding_between_two_levels_is_not_a_change():

@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 import requests
 
-from tests.support.settings import ADMIN_TOKEN, REPO_ROOT
 from tests.support.runner_harness import free_port
+from tests.support.settings import ADMIN_TOKEN, REPO_ROOT
 
 MAX_EXAMPLES = int(os.environ.get("PARALLAX_FUZZ_EXAMPLES", "25"))
 CHECKS = "not_a_server_error,response_schema_conformance,content_type_conformance,status_code_conformance"

@@ -3,11 +3,14 @@ acknowledged without doing anything. Refused requests write nothing."""
 from __future__ import annotations
 
 import json
+import threading
 
 import pytest
+import requests
 from sqlalchemy import select
 
 from app.core.models import WebhookDelivery
+from app.web import webhooks as webhooks_endpoint
 from tests.support.github import SECRET, count_rows, load_payload, post_webhook, sign, webhook_headers
 from tests.support.settings import make_settings
 
@@ -230,3 +233,36 @@ def test_over_http_a_signed_ping_is_200(live_server):
     response = requests.post(f"{live_server.url}/webhooks/github", data=body,
                              headers=webhook_headers("ping", body), timeout=10)
     assert response.status_code == 200
+
+
+def test_two_simultaneous_deliveries_with_one_id_store_one_row(app, db, live_server, monkeypatch):
+    # Both requests are held after their "already received?" look-up until the other has made
+    # it too (PostgreSQL), so only the unique delivery id can stop the second insert. SQLite
+    # serialises the two transactions (BEGIN IMMEDIATE): the second waits and sees the first.
+    real_classify = webhooks_endpoint.classify
+    both_looked = threading.Barrier(2)
+
+    def classify_after_both_looked(*args, **kwargs):  # type: ignore[no-untyped-def]
+        try:
+            both_looked.wait(timeout=3)
+        except threading.BrokenBarrierError:
+            pass
+        return real_classify(*args, **kwargs)
+
+    monkeypatch.setattr(webhooks_endpoint, "classify", classify_after_both_looked)
+    ping_body = json.dumps({"zen": "Keep it logically awesome.", "hook_id": 1}).encode()
+    headers = webhook_headers("ping", ping_body, delivery="same-delivery-id")
+    answers: list[requests.Response] = []
+
+    def deliver() -> None:
+        answers.append(requests.post(f"{live_server.url}/webhooks/github", data=ping_body, headers=headers, timeout=30))
+
+    threads = [threading.Thread(target=deliver) for _ in range(2)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(30)
+    assert sorted((a.status_code, a.json()["status"]) for a in answers) == [(200, "duplicate"), (200, "ok")]
+    with db.session() as session:
+        rows = session.scalars(select(WebhookDelivery).where(WebhookDelivery.delivery_id == "same-delivery-id")).all()
+    assert len(rows) == 1

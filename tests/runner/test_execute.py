@@ -75,3 +75,38 @@ def test_an_interrupt_stops_the_command_and_names_the_reason(tmp_path):
     outcome = run([sys.executable, "-c", "import time; time.sleep(600)"], cwd=tmp_path, env={}, timeout_s=60,
                   output=lambda b: None, interrupt=interrupt, kill_grace_s=0.5)
     assert outcome.stopped_by == "cancelled" and outcome.duration_s < 10
+
+
+def test_a_timeout_kills_the_group_without_psutil(tmp_path, monkeypatch):
+    # A runner box without the `runner` extra: only the process group reaches the child.
+    pids = tmp_path / "pids"
+    script = ("import os, subprocess, sys, time\n"
+              "child = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(600)'])\n"
+              f"open({str(pids)!r}, 'w').write(f'{{os.getpid()}} {{child.pid}}')\n"
+              "time.sleep(600)\n")
+    monkeypatch.setitem(sys.modules, "psutil", None)  # `import psutil` raises ImportError
+    outcome = run([sys.executable, "-c", script], cwd=tmp_path, env={}, timeout_s=1.5, output=lambda b: None,
+                  interrupt=lambda: None, kill_grace_s=0.5)
+    monkeypatch.undo()
+    assert outcome.stopped_by == "timeout"
+    parent, child = map(int, pids.read_text().split())
+    wait_for(lambda: not pid_alive(parent) and not pid_alive(child), 5, "the group to be gone")
+
+
+def test_a_process_started_while_the_command_is_being_stopped_is_killed_too(tmp_path):
+    # The command answers SIGTERM by starting a process and carrying on; psutil's list of
+    # children was taken before the SIGTERM, so only the group's SIGKILL reaches the newcomer.
+    late = tmp_path / "late"
+    script = ("import signal, subprocess, sys, time\n"
+              "def on_term(*_):\n"
+              "    p = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(600)'])\n"
+              f"    open({str(late)!r}, 'w').write(str(p.pid))\n"
+              "signal.signal(signal.SIGTERM, on_term)\n"
+              "print('ready', flush=True)\n"
+              "while True:\n"
+              "    time.sleep(0.05)\n")
+    outcome = run([sys.executable, "-c", script], cwd=tmp_path, env={}, timeout_s=1.5, output=lambda b: None,
+                  interrupt=lambda: None, kill_grace_s=1.0)
+    assert outcome.stopped_by == "timeout"
+    started_late = int(wait_for(lambda: late.exists() and late.read_text(), 5, "the late process's pid"))
+    wait_for(lambda: not pid_alive(started_late), 5, "the late process to be gone")

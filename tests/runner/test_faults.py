@@ -55,6 +55,15 @@ def test_a_document_with_nan_fails_local_validation_and_nothing_is_stored(harnes
     assert harness.wait_exit(proc) == 0
 
 
+def test_a_sample_written_as_1e999_fails_local_validation_and_nothing_is_uploaded(harness: Harness):
+    job_id = harness.enqueue(harness.shas[0])
+    proc = harness.start_runner("r1", "--once", mode="overflow")
+    job = harness.wait_job(job_id, ("failed",), proc=proc)
+    assert job["failure_reason"].startswith("invalid results document: metrics[0].samples[0]")
+    assert harness.runs(job_id) == []
+    assert harness.wait_exit(proc) == 0
+
+
 def test_a_non_zero_exit_fails_the_job_with_the_tail_of_its_log(harness: Harness):
     job_id = harness.enqueue(harness.shas[0])
     proc = harness.start_runner("r1", "--once", mode="exit3")

@@ -5,7 +5,7 @@ import pytest
 from sqlalchemy import func, select
 
 from app.core.models import Job, JobState, Run
-from runners.results import ResultsError, loads, validate
+from runners.results import MAX_SAMPLES, ResultsError, loads, validate
 from tests.support.service_api import SHA_A, claim, document, queue_jobs, register
 
 
@@ -55,6 +55,16 @@ def test_non_finite_literals_are_refused(literal):
         loads(text)
 
 
+@pytest.mark.parametrize("literal", ["1e999", "-1e999", "9" * 400])
+def test_a_sample_that_overflows_a_float_is_refused_naming_the_sample(literal):
+    # `1e999` is valid JSON that parses to infinity without reaching parse_constant; a 400-digit
+    # integer parses to an int that no float can hold.
+    text = json.dumps(document()).replace("1198.7", literal)
+    with pytest.raises(ResultsError) as info:
+        loads(text)
+    assert info.value.field == "metrics[0].samples[1]" and "finite" in info.value.message
+
+
 def test_non_finite_in_context_names_the_key():
     doc = document(context={"batch": {"ratio": float("nan")}})
     with pytest.raises(ResultsError) as info:
@@ -98,7 +108,39 @@ def test_service_refuses_nan_with_422(client, db, held):
     assert response.status_code == 422 and "non-finite" in response.get_json()["detail"]
 
 
+@pytest.mark.parametrize("literal", ["1e999", "9" * 400])
+def test_service_refuses_an_overflowing_sample_with_422_and_stores_nothing(client, db, held, literal):
+    job, headers = held
+    text = json.dumps(document()).replace("1198.7", literal)
+    response = client.post(f"/api/v1/jobs/{job['id']}/complete", data=text, headers=headers)
+    assert response.status_code == 422 and response.get_json()["field"] == "metrics[0].samples[1]"
+    with db.session() as session:
+        assert session.scalar(select(func.count()).select_from(Run)) == 0
+        assert session.get(Job, job["id"]).state == JobState.running
+
+
 def test_service_refuses_malformed_document_with_422(client, held):
     job, headers = held
     response = client.post(f"/api/v1/jobs/{job['id']}/complete", data=b"{oops", headers=headers)
     assert response.status_code == 422 and response.get_json()["field"] == "$"
+
+
+def test_exactly_the_sample_limit_is_accepted_and_one_more_is_refused():
+    doc = document()
+    doc["metrics"][0]["samples"] = [1.0] * MAX_SAMPLES
+    assert len(validate(doc).metrics[0].samples) == MAX_SAMPLES
+    doc["metrics"][0]["samples"].append(1.0)
+    with pytest.raises(ResultsError) as info:
+        validate(doc)
+    assert info.value.field == "metrics[0].samples" and str(MAX_SAMPLES) in info.value.message
+
+
+def test_an_environment_without_a_platform_is_valid():
+    environment = {k: v for k, v in document()["environment"].items() if k != "platform"}
+    assert "platform" not in validate(document(environment=environment)).environment
+
+
+def test_a_platform_that_is_not_a_string_is_refused():
+    with pytest.raises(ResultsError) as info:
+        validate(document(environment={"platform": 3}))
+    assert info.value.field == "environment.platform"

@@ -3,7 +3,7 @@ import pytest
 from click.testing import CliRunner
 from sqlalchemy import select
 
-from app.auth.tokens import create_user
+from app.auth.tokens import create_user, hash_token
 from app.core.models import Alert, Commit, Repository, User
 from tests.support.service_api import SHA_A
 
@@ -81,3 +81,20 @@ def test_user_add_command_prints_the_token_last(tmp_path):
     assert result.exit_code == 0 and result.stdout.strip().splitlines()[-1].startswith("pxu_")
     again = runner.invoke(main, ["user", "add", "ada"], env=env, catch_exceptions=False)
     assert again.exit_code == 1 and "already exists" in again.output
+
+
+def test_a_wrong_token_is_401_whichever_side_of_a_users_hash_it_falls(client, db, alert_id):
+    real = token_for(db, "ada")
+    below = next(f"pxu_wrong{i}" for i in range(1000) if hash_token(f"pxu_wrong{i}") < hash_token(real))
+    above = next(f"pxu_wrong{i}" for i in range(1000) if hash_token(f"pxu_wrong{i}") > hash_token(real))
+    for wrong in (below, above):
+        response = client.patch(f"/api/v1/alerts/{alert_id}", json={"state": "acknowledged"},
+                                headers={"Authorization": f"Bearer {wrong}"})
+        assert response.status_code == 401, wrong
+
+
+def test_a_name_that_sorts_before_an_existing_one_is_a_new_user(db):
+    token_for(db, "carol")
+    token_for(db, "bob")
+    with db.session() as session:
+        assert sorted(session.scalars(select(User.name))) == ["bob", "carol"]

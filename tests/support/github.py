@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import hmac
 import json
+import os
 import uuid
 from pathlib import Path
 from typing import Any
@@ -15,7 +16,9 @@ from app.core.models import Base
 from app.git.workdir import git
 
 SECRET = "webhook-test-secret"
-PAYLOADS = Path(__file__).resolve().parents[2].parent / "shared/data/github-webhooks"
+# ../shared next to the checkout; PARALLAX_SHARED_DIR points elsewhere (e.g. a worktree one level deeper).
+PAYLOADS = Path(os.environ.get("PARALLAX_SHARED_DIR") or Path(__file__).resolve().parents[2].parent / "shared") \
+    / "data/github-webhooks"
 REPO_NAME = "Codertocat/Hello-World"  # the repository the payload examples come from
 
 
