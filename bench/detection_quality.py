@@ -36,7 +36,15 @@ from scipy import stats
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from app.detection.detector import DEFAULT_CONFIG, DetectorConfig, _CumsumL2, detect, detect_recent, find_change_points  # noqa: E402
+from app.detection.detector import (  # noqa: E402
+    DEFAULT_CONFIG,
+    DetectorConfig,
+    _CumsumL2,
+    analyse_recent,
+    detect,
+    detect_recent,
+    find_change_points,
+)
 
 PEER_VENV = ROOT / "var" / "bench-peers" / "otava"
 MARGIN = 5
@@ -320,30 +328,45 @@ def false_alerts(seed: int, length: int, per_pattern: int, config: DetectorConfi
                  cvs: Sequence[float] = CVS) -> dict:
     """Null histories (noise, outliers, banding) grown one commit at a time; every distinct change
     reported by incremental detection along the way would be an alert (changes within the
-    minimum segment of one already reported count once, as the service merges them)."""
+    minimum segment of one already reported count once, as the service merges them), and so
+    would every distinct drift (one whose span overlaps a reported drift counts once, as the
+    service widens that alert). Noise-changed alerts are counted apart (never regressions)."""
     rng = np.random.default_rng(seed)
-    alerts = commits = 0
+    alerts = commits = noise_alerts = 0
     by_cv: dict[str, float] = {}
     for cv in cvs:
         cv_alerts = cv_commits = 0
+        started = time.perf_counter()
         for pattern in ("noise", "outliers", "banding"):
             for _ in range(per_pattern):
                 history = perf_history(rng, pattern, cv, length)
                 points = history["samples"]
                 reported: list[int] = []
+                drifts: list[tuple[int, int]] = []
+                noises: list[int] = []
                 for end in range(config.min_points, length + 1):
-                    for change in detect_recent(points[:end], None, config):
+                    found = analyse_recent(points[:end], None, config)
+                    for change in found.changes:
                         if all(abs(change.index - r) > config.min_segment for r in reported):
                             reported.append(change.index)
-                cv_alerts += len(reported)
+                    for drift in found.drifts:
+                        if all(drift.start > e or drift.end < s for s, e in drifts):
+                            drifts.append((drift.start, drift.end))
+                    if found.noise is not None and all(abs(found.noise.index - k) > 20 for k in noises):
+                        noises.append(found.noise.index)
+                cv_alerts += len(reported) + len(drifts)
+                noise_alerts += len(noises)
                 cv_commits += length
         low, high = poisson_interval(cv_alerts)
         by_cv[str(cv)] = {"per_1000": 1000 * cv_alerts / cv_commits, "alerts": cv_alerts, "commits": cv_commits,
                           "ci95_per_1000": [1000 * low / cv_commits, 1000 * high / cv_commits]}
         alerts += cv_alerts
         commits += cv_commits
+        print(f"  false alerts at CV {cv:.1%}: {cv_alerts} over {cv_commits} commits "
+              f"({time.perf_counter() - started:.0f} s)", flush=True)
     low, high = poisson_interval(alerts)
-    return {"alerts": alerts, "commits": commits, "per_1000_commits": 1000 * alerts / commits,
+    return {"alerts": alerts, "commits": commits, "noise_changed_alerts": noise_alerts,
+            "per_1000_commits": 1000 * alerts / commits,
             "ci95_per_1000": [1000 * low / commits, 1000 * high / commits],
             "by_cv": by_cv, "series_length": length}
 
@@ -496,6 +519,41 @@ def write_result(args: argparse.Namespace, body: dict, name: str) -> None:
     print(f"\nwrote {out.relative_to(ROOT)}")
 
 
+def only(args: argparse.Namespace) -> int:
+    """`--only generator|false-alerts|latency`: one measurement of the full bench, same data."""
+    if args.only == "generator":
+        reps, length = (2, 200) if args.quick else (8, 400)
+        dataset = own_dataset(args.seed, reps, length)
+        rows = {}
+        for name, method in (("parallax (find_change_points)", find_change_points), ("ruptures PELT l2 + BIC", pelt),
+                             ("ruptures BinSeg l2 + BIC", binseg), ("no change (trivial)", no_change)):
+            predictions, seconds = run_method(method, dataset)
+            rows[name] = {**score([(p, s["truth"], len(s["values"])) for p, s in zip(predictions, dataset)]),
+                          "seconds": seconds}
+        print_table({"parallax-generator": rows})
+        write_result(args, {"table": {"parallax-generator": rows}}, "detection_generator.json")
+        return 0
+    if args.only == "false-alerts":
+        false = false_alerts(args.seed, 300 if args.quick else 1000, 1 if args.quick else 8)
+        print(f"false alerts: {false['per_1000_commits']:.2f} per 1,000 commits (95 % interval "
+              f"{false['ci95_per_1000'][0]:.2f}-{false['ci95_per_1000'][1]:.2f}; {false['alerts']} over "
+              f"{false['commits']} commits of null histories; noise-changed notes: {false['noise_changed_alerts']})")
+        for cv, row in false["by_cv"].items():
+            print(f"  CV {float(cv):.1%}: {row['per_1000']:.2f} per 1,000 ({row['alerts']} over {row['commits']} "
+                  f"commits)")
+        write_result(args, {"false_alerts": false}, "detection_false_alerts.json")
+        return 0
+    latency = incremental_latency(args.seed, 20 if args.quick else 100)
+    latency["service"] = service_latency(args.seed, 10 if args.quick else 30, ROOT / "var" / "bench-detection")
+    print(f"incremental detection after one new result, 2,000 points: median {latency['median_ms']:.1f} ms, "
+          f"p95 {latency['p95_ms']:.1f} ms (full re-scan {latency['full_rescan_ms']:.1f} ms)")
+    service = latency["service"]
+    print(f"  service path (store run, load series from SQLite, scan, commit): median {service['median_ms']:.1f} ms, "
+          f"p95 {service['p95_ms']:.1f} ms")
+    write_result(args, {"incremental_latency": latency}, "detection_latency.json")
+    return 0
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="fewer series (a smoke run)")
@@ -505,11 +563,17 @@ def main() -> int:
                         help="which part of the real corpus to score (tune with 'tuning' only)")
     parser.add_argument("--real-only", action="store_true",
                         help="only the real corpus table (no generators, delay, false alerts or latency)")
+    parser.add_argument("--only", choices=["generator", "false-alerts", "latency"],
+                        help="only one measurement on this file's generator: the F1 table (no Otava), false "
+                             "alerts per 1,000 commits, or the incremental detection latency (detector and "
+                             "service path)")
     parser.add_argument("--sweep", action="store_true",
                         help="only the delay / false-alert trade-off of a few detector configurations")
     args = parser.parse_args()
     if args.sweep:
         return sweep(args.seed, args.quick)
+    if args.only:
+        return only(args)
     reps, length = (2, 200) if args.quick else (8, 400)
 
     notes: list[str] = ["real-*: 42 annotated histories from public projects' github-action-benchmark pages "

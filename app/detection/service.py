@@ -12,6 +12,10 @@ classify changes across platforms, and keep alert groups.
 - Alerts group changes by (repository, branch, kind, range); improvements are recorded with
   `is_regression` False and never alarm; a later change that restores the level marks the
   regression fixed.
+- A drift (a trend or random walk, `app.detection.shapes`) is one alert of kind "drift" per span,
+  with the span and the total change, a regression only when its direction is bad; level
+  changes recorded earlier inside its span are withdrawn into it. A change of noise level is an
+  alert of kind "noise" ("noise changed"), never a regression.
 """
 from __future__ import annotations
 
@@ -46,6 +50,8 @@ from app.detection.detector import (
     Analysis,
     ChangePoint,
     DetectorConfig,
+    Drift,
+    NoiseChange,
     PlatformSeries,
     analyse,
     analyse_recent,
@@ -77,6 +83,8 @@ DRIFT_SPAN = 20                # a drift is tested against a commit at most this
 SCAN_BATCH = 50                # dirty series per duty run
 MAX_SUSPECTS = 50
 OPEN_STATES = (AlertState.new, AlertState.acknowledged)
+SHAPE_KINDS = ("drift", "noise")   # alert kinds that describe a series' shape, not one commit's change
+NOISE_SAME = 20                    # a noise change found again within this many measured commits is the same
 
 
 @dataclass
@@ -181,6 +189,10 @@ def scan_series(session: Session, key: SeriesKey, *, full: bool) -> ScanReport:
             found.append(_change_json(series, change))
         _withdraw_vanished(session, series, changes, config, truncated=not full and len(points) >= config.window,
                            report=report)
+        for drift in analysis.drifts:
+            _absorb_into_drift(session, series, _record_drift(session, series, drift, report), report)
+        if analysis.noise is not None:
+            _record_noise_change(session, series, analysis.noise, report)
         shapes = _shapes_json(series, analysis)
     _reclassify_waiting(session, series, report)
     _save_state(session, series, found, shapes)
@@ -295,9 +307,13 @@ def _suspects(series: Series, good_index: int | None, bad_index: int, session: S
 def _new_change(session: Session, series: Series, *, kind: str, good_index: int | None, bad_index: int,
                 relative_change: float, before: float | None, after: float | None, p_value: float | None,
                 ci: tuple[float, float] | None, classification: str, details: dict[str, Any],
-                report: ScanReport) -> AlertChange:
+                report: ScanReport, regression: bool | None = None) -> AlertChange:
+    """Record a change in its alert group. A level change that is a regression sets a failing
+    commit status, an improvement may restore earlier regressions; drifts and noise changes do
+    neither (a drift has no single culprit commit, a noise change is never a regression)."""
     key = series.key
-    regression = kind == "correctness" or is_regression(series.direction, relative_change)
+    if regression is None:
+        regression = kind == "correctness" or is_regression(series.direction, relative_change)
     good_id = series.points[good_index].commit_id if good_index is not None else None
     bad = series.points[bad_index]
     alert, created = _alert_group(session, series, kind, good_id, bad.commit_id, regression)
@@ -314,7 +330,9 @@ def _new_change(session: Session, series: Series, *, kind: str, good_index: int 
     alert.updated_at = utcnow()
     session.flush()
     report.created.append(change.id)
-    if regression:
+    if kind in SHAPE_KINDS:
+        pass
+    elif regression:
         _report_status(session, series, bad.sha, relative_change, classification, kind, before, after)
     else:
         _restore(session, series, change, report)
@@ -344,7 +362,8 @@ def _restore(session: Session, series: Series, improvement: AlertChange, report:
     """An improvement that brings the level back to where an earlier open regression of the same
     series started marks that regression restored, and its alert fixed once all are."""
     for earlier in _series_changes(session, series.key):
-        if not earlier.is_regression or earlier.details.get("restored_by") or earlier.id == improvement.id:
+        if (not earlier.is_regression or earlier.details.get("restored_by") or earlier.id == improvement.id
+                or earlier.alert.kind != improvement.alert.kind):
             continue
         if (earlier.details.get("bad_position") or 0) > (improvement.details.get("bad_position") or 0):
             continue
@@ -398,7 +417,7 @@ def _existing_near(changes: list[AlertChange], series: Series, index: int, relat
 
 
 def _record_performance_change(session: Session, series: Series, change: ChangePoint, report: ScanReport) -> None:
-    existing = _existing_near(_series_changes(session, series.key), series, change.index,
+    existing = _existing_near(_kind_changes(session, series.key, "performance"), series, change.index,
                               change.relative_change, DEFAULT_CONFIG.min_segment)
     stats = {"change": asdict(change)}
     if existing is not None:
@@ -435,6 +454,121 @@ def _record_performance_change(session: Session, series: Series, change: ChangeP
                 details={**stats, **details}, report=report)
 
 
+def _kind_changes(session: Session, key: SeriesKey, kind: str) -> list[AlertChange]:
+    return [c for c in _series_changes(session, key) if c.alert.kind == kind]
+
+
+def _record_drift(session: Session, series: Series, drift: Drift, report: ScanReport) -> AlertChange:
+    """One alert of kind "drift" per span: a drift found again over a span that overlaps a
+    recorded one (a later scan sees more of it, or sees it through another window) widens and
+    refreshes that record; its total change runs from the level before the wider span to the
+    level after it."""
+    start, end = series.points[drift.start], series.points[drift.end]
+    for existing in _kind_changes(session, series.key, "drift"):
+        span = existing.details.get("drift") or {}
+        if not (span.get("start_position", math.inf) <= end.position
+                and start.position <= span.get("end_position", -math.inf)):
+            continue
+        widened_left = start.position <= span["start_position"]
+        widened_right = end.position >= span["end_position"]
+        before = drift.before if widened_left else existing.before_value
+        after = drift.after if widened_right else existing.after_value
+        relative = _relative(before, after)
+        regression = is_regression(series.direction, relative)
+        existing.before_value, existing.after_value, existing.relative_change = before, after, _finite(relative)
+        existing.is_regression = regression
+        new_span = {"start": start.sha if widened_left else span.get("start"),
+                    "start_position": start.position if widened_left else span["start_position"],
+                    "end": end.sha if widened_right else span.get("end"),
+                    "end_position": end.position if widened_right else span["end_position"],
+                    "steps": max(drift.steps, span.get("steps", 0)), "total_change": relative}
+        existing.details = json_safe({**existing.details, "drift": new_span,
+                                      "bad_position": new_span["end_position"]})
+        at = {point.position: i for i, point in enumerate(series.points)}
+        first, last = at.get(new_span["start_position"]), at.get(new_span["end_position"])
+        alert = existing.alert
+        if len(alert.changes) == 1:
+            alert.is_regression = regression
+            if first:
+                alert.good_commit_id = series.points[first - 1].commit_id
+            if last is not None:
+                alert.bad_commit_id = series.points[last].commit_id
+        if first and last is not None:
+            existing.suspected_commits = _suspects(series, first - 1, last, session)
+        report.updated += 1
+        return existing
+    relative = _relative(drift.before, drift.after)
+    return _new_change(
+        session, series, kind="drift", good_index=drift.start - 1 if drift.start > 0 else None,
+        bad_index=drift.end, relative_change=relative, before=drift.before, after=drift.after, p_value=None,
+        ci=None, classification="inconclusive",
+        details={"drift": {"start": start.sha, "end": end.sha, "start_position": start.position,
+                           "end_position": end.position, "steps": drift.steps, "total_change": relative}},
+        report=report)
+
+
+def _relative(before: float | None, after: float | None) -> float:
+    if before is None or after is None:
+        return 0.0
+    if before == 0:
+        return 0.0 if after == 0 else math.copysign(math.inf, after)
+    return (after - before) / abs(before)
+
+
+def _absorb_into_drift(session: Session, series: Series, drift: AlertChange, report: ScanReport) -> None:
+    """Level changes recorded inside a drift's span (an early scan saw the first step of a walk
+    as a shift) are withdrawn into the drift: the drift alert reports them once. Their alert
+    turns `invalid` by "detector" while untriaged and once none of its regressions stands, and
+    a failing commit status is cleared, as for any withdrawal."""
+    span = drift.details["drift"]
+    for recorded in _kind_changes(session, series.key, "performance"):
+        details = recorded.details or {}
+        position = details.get("bad_position")
+        if (position is None or details.get("withdrawn") or details.get("restored_by")
+                or not span["start_position"] <= position <= span["end_position"]):
+            continue
+        recorded.details = json_safe({**details, "withdrawn": {"drift": drift.id}})
+        report.withdrawn.append(recorded.id)
+        alert = recorded.alert
+        regressions = [c for c in alert.changes if c.is_regression]
+        if (alert.state == AlertState.new
+                and all(c.details.get("withdrawn") or c.details.get("restored_by") for c in regressions)):
+            alert.state = AlertState.invalid
+            alert.updated_by = "detector"
+            alert.note = (f"withdrawn by the detector: part of drift alert {drift.alert_id} "
+                          f"({series.key.metric} on {series.key.platform} moves over a span, not at one commit)")
+            alert.updated_at = utcnow()
+        if recorded.is_regression:
+            sha = next((p.sha for p in series.points if p.position == position), None)
+            if sha is not None:
+                github_status.set_status(session, repository_id=series.key.repository_id, sha=sha,
+                                         platform=series.key.platform, suite=series.key.suite, state="success",
+                                         clears_failure=True,
+                                         description=f"{series.key.metric} change is part of a drift, "
+                                                     f"see alert {drift.alert_id}")
+
+
+def _record_noise_change(session: Session, series: Series, noise: NoiseChange, report: ScanReport) -> None:
+    """A change of noise level is an alert of kind "noise" ("noise changed" on the alert list):
+    never a regression, never a commit status. Found again within `NOISE_SAME` measured commits
+    of a recorded one, it refreshes that one."""
+    at = {point.position: i for i, point in enumerate(series.points)}
+    numbers = {"sigma_before": noise.sigma_before, "sigma_after": noise.sigma_after, "ratio": noise.ratio,
+               "p_value": noise.p_value}
+    for existing in _kind_changes(session, series.key, "noise"):
+        other = at.get(existing.details.get("bad_position"))
+        if other is not None and abs(other - noise.index) <= NOISE_SAME:
+            existing.before_value, existing.after_value = noise.sigma_before, noise.sigma_after
+            existing.relative_change, existing.p_value = _finite(noise.ratio - 1.0), noise.p_value
+            existing.details = json_safe({**existing.details, "noise_changed": numbers})
+            report.updated += 1
+            return
+    _new_change(session, series, kind="noise", good_index=noise.index - 1 if noise.index > 0 else None,
+                bad_index=noise.index, relative_change=noise.ratio - 1.0, before=noise.sigma_before,
+                after=noise.sigma_after, p_value=noise.p_value, ci=None, classification="inconclusive",
+                details={"noise_changed": numbers}, report=report, regression=False)
+
+
 def _withdraw_vanished(session: Session, series: Series, changes: list[ChangePoint], config: DetectorConfig, *,
                        truncated: bool, report: ScanReport) -> None:
     """A recorded change that more data no longer supports is withdrawn: the scan did not find
@@ -449,7 +583,7 @@ def _withdraw_vanished(session: Session, series: Series, changes: list[ChangePoi
     first = config.max_side // 2 if truncated else 1
     points = [p.samples for p in series.points]
     positions = [p.position for p in series.points]
-    for recorded in _series_changes(session, series.key):
+    for recorded in _kind_changes(session, series.key, "performance"):
         details = recorded.details or {}
         index = at.get(details.get("bad_position"))
         if (index is None or details.get("withdrawn") or details.get("restored_by") or details.get("restores")

@@ -12,9 +12,12 @@ noise scale. Real histories break that in three ways this module recognises:
   Fligner-Killeen test (robust to heavy tails) gives p < `noise_alpha` and the scale moves by at
   least `noise_ratio`. Each noise regime then gets its own sigma, and the change is reported as
   "noise changed", never as a regression.
-- **Drifts** (a trend, a random walk): consecutive level changes separated by too few commits to
-  be stable levels form one drift over a span, with the total change from the level before it to
-  the level after it, instead of a staircase of alerts.
+- **Drifts** (a trend, a random walk): when the level changes found in a stretch are better
+  explained by a level that wanders (statsmodels' local-level state-space model,
+  `UnobservedComponents("llevel")`, a random walk plus noise) than by steps between constant
+  levels (compared by BIC), they form one drift over their span, with the total change from the
+  level before it to the level after it, instead of a staircase of alerts. A change whose side
+  follows a straight line that carries on across it (Theil-Sen) is a drift step too.
 """
 from __future__ import annotations
 
@@ -22,8 +25,9 @@ import math
 from dataclasses import dataclass
 
 import numpy as np
-from scipy import stats
+from scipy import optimize, stats
 from scipy.ndimage import median_filter
+from statsmodels.tsa.statespace.structural import UnobservedComponents
 
 
 @dataclass(frozen=True)
@@ -37,6 +41,9 @@ class ShapeConfig:
     trend_min_move: float = 2.0        # the side's line must move this many sigmas by itself
     continue_points: int = 3           # commits across the change that the line must reach
     continue_z: float = 2.0            # ... within this many sigmas
+    wander_min_changes: int = 2        # level changes in a stretch before a wandering level is considered
+    wander_margin: float = 10.0        # BIC(steps) - BIC(random walk) above this ("very strong" evidence
+                                       # on Kass & Raftery's scale): the stretch is one drift
 
 
 DEFAULT_SHAPES = ShapeConfig()
@@ -63,6 +70,48 @@ class Drift:
     after: float                       # level after the span
     relative_change: float             # (after - before) / |before|
     steps: int                         # level changes the span absorbed
+
+
+def _steps_bic(values: np.ndarray, changes: list[int]) -> float:
+    """BIC of constant levels between `changes` with one Gaussian noise scale: per change a
+    location and a level, plus the first level and the variance."""
+    n = len(values)
+    bounds = [0, *changes, n]
+    rss = sum(float(np.sum((values[a:b] - values[a:b].mean()) ** 2)) for a, b in zip(bounds[:-1], bounds[1:]))
+    variance = max(rss / n, 1e-12)
+    log_likelihood = -0.5 * n * (math.log(2 * math.pi * variance) + 1.0)
+    return -2.0 * log_likelihood + (2 * len(changes) + 2) * math.log(n)
+
+
+def _random_walk_bic(values: np.ndarray) -> float:
+    """BIC of statsmodels' local-level model (a random-walk level plus noise; two variances),
+    its likelihood maximised over the log-variances from a method-of-moments start (`fit`'s
+    numerical gradients cost ten times as much for the same optimum)."""
+    model = UnobservedComponents(values, "llevel")
+    diffs = np.diff(values)
+    gamma0 = float(np.var(diffs))
+    gamma1 = float(np.mean((diffs[1:] - diffs.mean()) * (diffs[:-1] - diffs.mean())))
+    noise = max(-gamma1, 0.05 * gamma0, 1e-8)
+    level = max(gamma0 - 2.0 * noise, 0.05 * gamma0, 1e-8)
+
+    def cost(log_variances: np.ndarray) -> float:
+        value = float(model.loglike(np.exp(log_variances)))
+        return -value if math.isfinite(value) else 1e12
+
+    best = optimize.minimize(cost, np.log([noise, level]), method="Nelder-Mead",
+                             options={"xatol": 0.05, "fatol": 0.05, "maxfev": 200})
+    return 2.0 * float(best.fun) + 2 * math.log(len(values))
+
+
+def wander_evidence(levels: np.ndarray, changes: list[int], sigma: np.ndarray) -> float:
+    """How much better a wandering level explains `levels` than constant levels between the
+    change points `changes` (indices into `levels`): BIC(steps) - BIC(local level), on levels
+    divided by the noise scale at each point (`sigma`: a noisy regime must not pass for a
+    wandering level). Positive: the changes are a staircase cut into a random walk or a trend."""
+    if len(levels) < 4 or float(np.min(sigma)) <= 0.0:
+        return -math.inf
+    values = (levels - float(np.median(levels))) / sigma
+    return _steps_bic(values, changes) - _random_walk_bic(values)
 
 
 def seasonal_period(levels: np.ndarray, config: ShapeConfig = DEFAULT_SHAPES) -> int | None:
@@ -148,20 +197,51 @@ def _continues(fit_on: np.ndarray, other: np.ndarray, sigma: float, forward: boo
     return abs(float(np.median(ahead)) - (intercept + slope * where)) < config.continue_z * sigma
 
 
+def wandering(levels: np.ndarray, indices: list[int], sigma: np.ndarray,
+              config: ShapeConfig = DEFAULT_SHAPES, max_side: int = 60) -> set[int]:
+    """Which change points (positions in ascending `indices`) are a staircase cut into a
+    wandering level: all of them when the local-level model beats the steps on the whole series
+    (`wander_evidence`), else those of each run of changes closer than `max_side` to each other
+    whose stretch (with up to `max_side` commits each side) it beats."""
+    if len(indices) < config.wander_min_changes:
+        return set()
+    if wander_evidence(levels, indices, sigma) > config.wander_margin:
+        return set(range(len(indices)))
+    runs: list[list[int]] = [[0]]
+    for j in range(1, len(indices)):
+        if indices[j] - indices[j - 1] < max_side:
+            runs[-1].append(j)
+        else:
+            runs.append([j])
+    found: set[int] = set()
+    for run in runs:
+        if len(run) < config.wander_min_changes or len(run) == len(indices):
+            continue
+        low = max(indices[run[0] - 1] if run[0] > 0 else 0, indices[run[0]] - max_side)
+        high = min(indices[run[-1] + 1] if run[-1] + 1 < len(indices) else len(levels), indices[run[-1]] + max_side)
+        inner = [indices[j] - low for j in run]
+        if wander_evidence(levels[low:high], inner, sigma[low:high]) > config.wander_margin:
+            found.update(run)
+    return found
+
+
 def drift_groups(levels: np.ndarray, indices: list[int], sigma: np.ndarray,
                  config: ShapeConfig = DEFAULT_SHAPES, max_side: int = 60) -> list[list[int]]:
     """Which change points (ascending `indices` into `levels`, the cleaned series; `sigma` the
-    noise scale at each point) are steps of a drift rather than shifts of level: a change is a
-    drift step when the level on one side moves by itself and its line carries on across the
-    change (`_continues`). Neighbouring drift steps form one drift; a lone one is a drift too
-    (a trend cut once). Returns the drifts, as lists of positions in `indices`."""
+    noise scale at each point) are steps of a drift rather than shifts of level: those of a
+    wandering stretch (`wandering`), and a change where the level on one side moves by itself
+    and its line carries on across the change (`_continues`). Neighbouring drift steps form one
+    drift; a lone one is a drift too (a trend cut once). Returns the drifts, as lists of
+    positions in `indices`."""
+    wander = wandering(levels, indices, sigma, config, max_side)
     bounds = [0, *indices, len(levels)]
     steps = []
     for j, index in enumerate(indices):
         left = levels[max(bounds[j], index - max_side):index]
         right = levels[index:min(bounds[j + 2], index + max_side)]
         scale = float(sigma[index])
-        steps.append(_continues(left, right, scale, True, config) or _continues(right[::-1], left[::-1], scale, True, config))
+        steps.append(j in wander or _continues(left, right, scale, True, config)
+                     or _continues(right[::-1], left[::-1], scale, True, config))
     groups: list[list[int]] = []
     current: list[int] = []
     for j, step in enumerate(steps):

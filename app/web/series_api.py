@@ -16,7 +16,7 @@ from app.core.clock import as_utc, utcnow
 from app.core.errors import Invalid, NotFound
 from app.core.limits import free_text
 from app.core.models import Alert, AlertChange, AlertState, Bisect, Commit, Repository, Run
-from app.detection.detector import detect
+from app.detection.detector import analyse
 from app.detection.series import Series, SeriesKey, load_series
 from app.detection.service import config_for, json_safe
 from app.web.auth import require_maintainer
@@ -64,8 +64,9 @@ def _point_json(point: Any) -> dict[str, Any]:
 
 
 def series_json(series: Series, context: dict[str, Any] | None) -> dict[str, Any]:
-    changes = detect([p.samples for p in series.points], [p.position for p in series.points],
-                     config_for(series.key.metric))
+    analysis = analyse([p.samples for p in series.points], [p.position for p in series.points],
+                       config_for(series.key.metric))
+    changes, points, noise = analysis.changes, series.points, analysis.noise
     return {
         "context_fingerprint": series.key.context_fingerprint, "context": context,
         "direction": series.direction, "unit": series.unit, "ordered_by": series.ordered_by,
@@ -75,6 +76,15 @@ def series_json(series: Series, context: dict[str, Any] | None) -> dict[str, Any
                            "bad_position": c.bad_position, "before": c.before, "after": c.after,
                            "relative_change": c.relative_change, "ci": [c.ci_low, c.ci_high],
                            "p_value": c.p_value}) for c in changes],
+        "drifts": [json_safe({"start": points[d.start].sha, "end": points[d.end].sha,
+                              "start_position": points[d.start].position, "end_position": points[d.end].position,
+                              "before": d.before, "after": d.after, "relative_change": d.relative_change,
+                              "steps": d.steps}) for d in analysis.drifts],
+        "noise_changed": None if noise is None else json_safe({
+            "at": points[noise.index].sha, "position": points[noise.index].position,
+            "sigma_before": noise.sigma_before, "sigma_after": noise.sigma_after, "ratio": noise.ratio,
+            "p_value": noise.p_value}),
+        "seasonal_period": analysis.period,
     }
 
 
@@ -111,7 +121,10 @@ def change_json(change: AlertChange) -> dict[str, Any]:
             "platforms": change.details.get("platforms", [change.platform]),
             "suspected_commits": change.suspected_commits,
             "confirm_jobs": change.details.get("confirm_jobs", []),
-            "restored_by": change.details.get("restored_by")}
+            "restored_by": change.details.get("restored_by"),
+            "withdrawn": change.details.get("withdrawn"),
+            "drift": change.details.get("drift") if isinstance(change.details.get("drift"), dict) else None,
+            "noise_changed": change.details.get("noise_changed")}
 
 
 def alert_json(session, alert: Alert) -> dict[str, Any]:  # type: ignore[no-untyped-def]
