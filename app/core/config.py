@@ -64,6 +64,8 @@ class Settings:
     suites: tuple[SuiteSpec, ...] = ()
     platforms: tuple[str, ...] = KNOWN_PLATFORMS
     testing: bool = False
+    # False: every dashboard page asks for a signed-in user (the API keeps its own tokens).
+    dashboard_public: bool = True
 
     def suite(self, name: str) -> SuiteSpec | None:
         return next((s for s in self.suites if s.name == name), None)
@@ -77,6 +79,17 @@ def _int_env(env: Mapping[str, str], name: str, default: int) -> int:
         return int(raw)
     except ValueError as exc:
         raise ConfigError(f"{name} must be an integer, got {raw!r}") from exc
+
+
+def _bool_env(env: Mapping[str, str], name: str, default: bool) -> bool:
+    raw = (env.get(name) or "").strip().lower()
+    if raw == "":
+        return default
+    if raw in {"1", "true", "yes", "on"}:
+        return True
+    if raw in {"0", "false", "no", "off"}:
+        return False
+    raise ConfigError(f"{name} must be true or false, got {raw!r}")
 
 
 def _require(table: Mapping[str, Any], key: str, where: str, kind: type) -> Any:
@@ -143,6 +156,7 @@ def load_settings(env: Mapping[str, str] | None = None, **overrides: Any) -> Set
         "max_document_bytes": _int_env(env, "PARALLAX_MAX_DOCUMENT_BYTES", 8_000_000),
         "max_webhook_bytes": _int_env(env, "PARALLAX_MAX_WEBHOOK_BYTES", 25_000_000),
         "data_dir": env.get("PARALLAX_DATA_DIR") or "var",
+        "dashboard_public": _bool_env(env, "PARALLAX_DASHBOARD_PUBLIC", True),
     }
     config_path = overrides.pop("config_path", None) or env.get("PARALLAX_CONFIG")
     if config_path is None and Path("parallax.toml").is_file():
