@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from markupsafe import Markup, escape
 
 WIDTH, HEIGHT = 960, 380
-LEFT, RIGHT, TOP, BOTTOM = 72, 16, 16, 44
+LEFT, RIGHT, TOP, BOTTOM = 72, 16, 30, 44
 RADIUS = 4.0
 
 
@@ -170,9 +170,9 @@ def render(series: list[PlotSeries], *, x_range: tuple[int, int], full_range: tu
     legend_x = LEFT + 8
     for one in series:
         parts.append(f'<g class="legend-entry" fill="{one.colour}" stroke="{one.colour}">'
-                     f'<path d="{marker_path(one.marker, legend_x + 4, TOP + 12)}"/>'
-                     f'<text x="{legend_x + 12}" y="{TOP + 16}" stroke="none">{escape(one.platform)}</text></g>')
-        legend_x += 16 + 8 * len(one.platform) + 14
+                     f'<path d="{marker_path(one.marker, legend_x + 4, 14)}"/>'
+                     f'<text x="{legend_x + 14}" y="18" stroke="none">{escape(one.platform)}</text></g>')
+        legend_x += 14 + 9 * len(one.platform) + 24
     parts.append('<rect class="selection" x="0" y="0" width="0" height="0"/>')
     parts.append("</svg>")
     return Markup("".join(parts))

@@ -36,9 +36,19 @@ def branch_id(session: Session, repository: Repository, name: str | None = None)
                                                   Branch.name == (name or repository.default_branch)))
 
 
+def _first_jobs():  # type: ignore[no-untyped-def]
+    return select(Job.commit_id, func.min(Job.id).label("first")).group_by(Job.commit_id).subquery()
+
+
 def positions(session: Session, branch: int | None, commit_ids: list[int]) -> dict[int, int]:
-    if branch is None or not commit_ids:
+    """Where each commit stands in series order: its branch position, or without branch history
+    the id of its first job (the order commits were queued)."""
+    if not commit_ids:
         return {}
+    if branch is None:
+        first = _first_jobs()
+        return dict(session.execute(select(first.c.commit_id, first.c.first)
+                                    .where(first.c.commit_id.in_(commit_ids))).all())
     return dict(session.execute(select(BranchCommit.commit_id, BranchCommit.position)
                                 .where(BranchCommit.branch_id == branch, BranchCommit.active.is_(True),
                                        BranchCommit.commit_id.in_(commit_ids))).all())
@@ -87,17 +97,22 @@ def readings(session: Session, commit_ids: list[int], metric: str | None = None)
 def previous_samples(session: Session, branch: int | None, reading: Reading, position: int | None
                      ) -> tuple[list[float], int | None]:
     """Samples and commit id of the last measured commit before `position` on the branch, for the
-    same suite, platform, fingerprint and metric (one indexed query, newest first, limit 1)."""
-    if branch is None or position is None:
+    same suite, platform, fingerprint and metric (one indexed query, newest first, limit 1);
+    without branch history, `position` is the queue order from `positions`."""
+    if position is None:
         return [], None
-    previous = session.execute(
-        select(Run.commit_id).join(BranchCommit, (BranchCommit.commit_id == Run.commit_id)
-                                   & (BranchCommit.branch_id == branch) & BranchCommit.active.is_(True))
-        .join(Measurement, Measurement.run_id == Run.id)
-        .where(Run.suite_id == reading.suite_id, Run.platform == reading.platform,
-               Run.context_fingerprint == reading.fingerprint, Measurement.metric == reading.metric,
-               BranchCommit.position < position)
-        .order_by(BranchCommit.position.desc()).limit(1)).first()
+    query = (select(Run.commit_id).join(Measurement, Measurement.run_id == Run.id)
+             .where(Run.suite_id == reading.suite_id, Run.platform == reading.platform,
+                    Run.context_fingerprint == reading.fingerprint, Measurement.metric == reading.metric))
+    if branch is None:
+        first = _first_jobs()
+        query = query.join(first, first.c.commit_id == Run.commit_id).where(first.c.first < position) \
+            .order_by(first.c.first.desc())
+    else:
+        query = query.join(BranchCommit, (BranchCommit.commit_id == Run.commit_id) & (BranchCommit.branch_id == branch)
+                           & BranchCommit.active.is_(True)).where(BranchCommit.position < position) \
+            .order_by(BranchCommit.position.desc())
+    previous = session.execute(query.limit(1)).first()
     if previous is None:
         return [], None
     commit_id = previous[0]
