@@ -104,6 +104,38 @@ def previous_samples(session: Session, branch: int | None, reading: Reading, pos
     query = (select(Run.commit_id).join(Measurement, Measurement.run_id == Run.id)
              .where(Run.suite_id == reading.suite_id, Run.platform == reading.platform,
                     Run.context_fingerprint == reading.fingerprint, Measurement.metric == reading.metric))
+    commit_id = _previous_commit(session, query, branch, position)
+    if commit_id is None:
+        return [], None
+    return _samples_at(session, commit_id, reading).get(reading.metric, []), commit_id
+
+
+def previous_readings(session: Session, branch: int | None, found: list[Reading], position: int | None
+                      ) -> dict[tuple[str, str, str, str], tuple[list[float], int | None]]:
+    """For every reading of one commit, the samples of the last measured commit before it: one
+    look-up per (suite, platform, fingerprint) for the commit, one for its samples of every
+    metric; only a metric that commit lacks is looked up on its own."""
+    result: dict[tuple[str, str, str, str], tuple[list[float], int | None]] = {}
+    groups: dict[tuple[int, str, str], list[Reading]] = defaultdict(list)
+    for reading in found:
+        groups[(reading.suite_id, reading.platform, reading.fingerprint)].append(reading)
+    for (suite_id, platform, fingerprint), members in groups.items():
+        query = select(Run.commit_id).where(Run.suite_id == suite_id, Run.platform == platform,
+                                            Run.context_fingerprint == fingerprint)
+        commit_id = _previous_commit(session, query, branch, position) if position is not None else None
+        samples = _samples_at(session, commit_id, members[0]) if commit_id is not None else {}
+        for reading in members:
+            key = (reading.suite, reading.platform, reading.fingerprint, reading.metric)
+            if commit_id is None:
+                result[key] = ([], None)                 # nothing of this series was measured before
+            elif reading.metric in samples:
+                result[key] = (samples[reading.metric], commit_id)
+            else:
+                result[key] = previous_samples(session, branch, reading, position)
+    return result
+
+
+def _previous_commit(session: Session, query, branch: int | None, position: int) -> int | None:  # type: ignore[no-untyped-def]
     if branch is None:
         first = _first_jobs()
         query = query.join(first, first.c.commit_id == Run.commit_id).where(first.c.first < position) \
@@ -112,15 +144,18 @@ def previous_samples(session: Session, branch: int | None, reading: Reading, pos
         query = query.join(BranchCommit, (BranchCommit.commit_id == Run.commit_id) & (BranchCommit.branch_id == branch)
                            & BranchCommit.active.is_(True)).where(BranchCommit.position < position) \
             .order_by(BranchCommit.position.desc())
-    previous = session.execute(query.limit(1)).first()
-    if previous is None:
-        return [], None
-    commit_id = previous[0]
-    rows = session.scalars(select(Measurement.samples).join(Run, Run.id == Measurement.run_id)
-                           .where(Run.commit_id == commit_id, Run.suite_id == reading.suite_id,
-                                  Run.platform == reading.platform, Run.context_fingerprint == reading.fingerprint,
-                                  Measurement.metric == reading.metric))
-    return [float(v) for samples in rows for v in samples], commit_id
+    return session.scalar(query.limit(1))
+
+
+def _samples_at(session: Session, commit_id: int, like: Reading) -> dict[str, list[float]]:
+    """Every metric's samples at `commit_id` for the series of `like` (runs pooled)."""
+    found: dict[str, list[float]] = defaultdict(list)
+    for metric, samples in session.execute(
+            select(Measurement.metric, Measurement.samples).join(Run, Run.id == Measurement.run_id)
+            .where(Run.commit_id == commit_id, Run.suite_id == like.suite_id, Run.platform == like.platform,
+                   Run.context_fingerprint == like.fingerprint)):
+        found[metric].extend(float(v) for v in samples)
+    return found
 
 
 def headline_metrics(all_readings: list[Reading]) -> dict[str, str]:

@@ -26,7 +26,7 @@ from app.web.dash_common import (
     repository_or_404,
     verdict_of,
 )
-from app.web.dash_queries import Reading, branch_id, positions, previous_samples, readings
+from app.web.dash_queries import Reading, branch_id, positions, previous_readings, readings
 from app.web.session import request_session
 
 
@@ -84,7 +84,9 @@ def commit_page(sha: str) -> str:
     alerts = list(session.scalars(select(Alert).where(Alert.bad_commit_id == commit.id).order_by(Alert.id)))
     flagged = {(c.suite, c.metric, c.platform): c for a in alerts for c in a.changes}
     suites: dict[str, dict[str, Any]] = {}
-    for reading in readings(session, [commit.id]):
+    found = readings(session, [commit.id])
+    previous = previous_readings(session, branch, found, position)
+    for reading in found:
         table = suites.setdefault(reading.suite, {"platforms": [], "metrics": {}})
         if reading.platform not in table["platforms"]:
             table["platforms"].append(reading.platform)
@@ -92,7 +94,7 @@ def commit_page(sha: str) -> str:
                                                              "cells": {}})
         if reading.platform in entry["cells"]:
             continue
-        before, before_id = previous_samples(session, branch, reading, position)
+        before, before_id = previous[(reading.suite, reading.platform, reading.fingerprint, reading.metric)]
         value = median(reading.samples)
         change = relative(value, median(before))
         alert_change = flagged.get((reading.suite, reading.metric, reading.platform))
