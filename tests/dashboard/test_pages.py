@@ -78,6 +78,11 @@ def test_a_wrong_token_does_not_sign_in(client, history, user_token):
     assert 'id="signed-in-as"' not in client.get("/").get_data(as_text=True)
 
 
+def test_the_session_cookie_is_http_only_and_same_site(client, history, user_token):
+    cookie = sign_in(client, user_token).headers["Set-Cookie"]
+    assert "HttpOnly" in cookie and "SameSite=Lax" in cookie
+
+
 def test_a_private_dashboard_asks_for_sign_in_before_any_page(sqlite_url, history, user_token):
     private = create_app(make_settings(sqlite_url, dashboard_public=False))
     client = private.test_client()
