@@ -79,6 +79,8 @@ class Settings:
     suites: tuple[SuiteSpec, ...] = ()
     platforms: tuple[str, ...] = KNOWN_PLATFORMS
     testing: bool = False
+    # False: every dashboard page asks for a signed-in user (the API keeps its own tokens).
+    dashboard_public: bool = True
 
     def suite(self, name: str) -> SuiteSpec | None:
         return next((s for s in self.suites if s.name == name), None)
@@ -218,6 +220,7 @@ def load_settings(env: Mapping[str, str] | None = None, **overrides: Any) -> Set
         "max_string_chars": _int_env(env, "PARALLAX_MAX_STRING_CHARS", 4096),
         "read_requires_token": _bool_env(env, "PARALLAX_READ_REQUIRES_TOKEN", False),
         "data_dir": env.get("PARALLAX_DATA_DIR") or "var",
+        "dashboard_public": _bool_env(env, "PARALLAX_DASHBOARD_PUBLIC", True),
     }
     config_path = overrides.pop("config_path", None) or env.get("PARALLAX_CONFIG")
     if config_path is None and Path("parallax.toml").is_file():

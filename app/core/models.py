@@ -352,6 +352,7 @@ class Alert(Base):
     state: Mapped[AlertState] = mapped_column(_enum(AlertState), default=AlertState.new, index=True)
     note: Mapped[str | None] = mapped_column(Text)
     updated_by: Mapped[str | None] = mapped_column(String(128))  # user name, or "admin"
+    issue_url: Mapped[str | None] = mapped_column(String(1000))  # the tracker issue a maintainer linked
     created_at: Mapped[datetime] = mapped_column(default=utcnow)
     updated_at: Mapped[datetime] = mapped_column(default=utcnow)
 

@@ -162,16 +162,19 @@ def load_series(session: Session, key: SeriesKey, last: int | None = None) -> Se
             keep = sorted(measured, key=lambda c: order[c])[-last:]
             positions = {c: order[c] for c in keep}
             base = base.where(Run.commit_id.in_(keep))
-    elif branch_id is not None:
-        positions = {commit_id: position for commit_id, position in session.execute(
-            base.with_only_columns(Run.commit_id, BranchCommit.position).distinct())}
+    # The whole history on a branch: positions come with the rows (one query, not two).
+    inline_positions = branch_id is not None and last is None
     if key.is_items:
-        rows = session.execute(base.add_columns(ItemResult.correct).order_by(Run.id)).all()
+        query = base.add_columns(ItemResult.correct)
     else:
-        rows = session.execute(base.add_columns(Measurement.samples, Measurement.direction, Measurement.unit)
-                               .order_by(Run.id)).all()
-        if rows:
-            series.direction, series.unit = rows[-1][4], rows[-1][5]
+        query = base.add_columns(Measurement.samples, Measurement.direction, Measurement.unit)
+    if inline_positions:
+        query = query.add_columns(BranchCommit.position)
+    rows = session.execute(query.order_by(Run.id)).all()
+    if rows and not key.is_items:
+        series.direction, series.unit = rows[-1][4], rows[-1][5]
+    if inline_positions:
+        positions = {row[1]: row[-1] for row in rows}
     if branch_id is None and last is None:
         positions = _queue_positions(session, (row[1] for row in rows))
     points: dict[int, SeriesPoint] = {}
@@ -187,7 +190,7 @@ def load_series(session: Session, key: SeriesKey, last: int | None = None) -> Se
             if vector:
                 point.samples.append(sum(vector) / len(vector))
         else:
-            point.samples.extend(float(v) for v in row[3])
+            point.samples.extend(map(float, row[3]))
     series.points = sorted(points.values(), key=lambda p: p.position)
     return series
 

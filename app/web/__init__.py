@@ -54,6 +54,9 @@ def create_app(config: Settings | dict[str, Any] | None = None, *, check_schema:
     flask_app = Flask(__name__)
     flask_app.json = StrictJSONProvider(flask_app)
     flask_app.config["SECRET_KEY"] = settings.secret_key
+    # The dashboard's sign-in session: not sent with cross-site posts, never readable by scripts.
+    flask_app.config["SESSION_COOKIE_SAMESITE"] = "Lax"
+    flask_app.config["SESSION_COOKIE_HTTPONLY"] = True
     flask_app.config["MAX_CONTENT_LENGTH"] = max(settings.max_document_bytes, settings.max_webhook_bytes)
     flask_app.extensions["parallax.settings"] = settings
     database = Database(settings.database_url)

@@ -8,9 +8,8 @@ from __future__ import annotations
 
 from typing import Any
 
-import numpy as np
 from flask import Blueprint, jsonify, request
-from sqlalchemy import select
+from sqlalchemy import func, select
 
 from app.core.clock import as_utc, utcnow
 from app.core.errors import Invalid, NotFound
@@ -95,12 +94,12 @@ def get_series():  # type: ignore[no-untyped-def]
     suite, metric, platform = _required("suite"), _required("metric"), _required("platform")
     branch = request.args.get("branch", "").strip() or repository.default_branch
     wanted = request.args.get("context_fingerprint", "").strip() or None
-    rows = session.execute(select(Run.context_fingerprint, Run.context).join(Commit, Commit.id == Run.commit_id)
-                           .where(Commit.repository_id == repository.id, Run.platform == platform)
-                           .order_by(Run.id.desc())).all()
-    contexts: dict[str, dict[str, Any]] = {}
-    for fingerprint, context in rows:
-        contexts.setdefault(fingerprint, context)
+    # The newest context of each fingerprint: one row per fingerprint, not every run's document.
+    newest = (select(func.max(Run.id)).join(Commit, Commit.id == Run.commit_id)
+              .where(Commit.repository_id == repository.id, Run.platform == platform)
+              .group_by(Run.context_fingerprint))
+    contexts: dict[str, dict[str, Any]] = dict(
+        session.execute(select(Run.context_fingerprint, Run.context).where(Run.id.in_(newest))).all())
     if wanted is not None:
         contexts = {k: v for k, v in contexts.items() if k == wanted}
     result = []

@@ -32,18 +32,17 @@ def measured(client, app):
     return SHAS
 
 
-@pytest.fixture(params=["sqlite"])
-def database_url(request, sqlite_url):
-    # The pages read the same tables on both backends; one backend keeps the browser tests quick.
-    return sqlite_url
-
-
 def test_overview_shows_the_commit_matrix(page, live_server, measured):
     page.goto(live_server.url + "/")
     matrix = page.locator("table.matrix")
     assert matrix.locator("th", has_text="decode-throughput").count() == 2
     assert matrix.locator("td.cell.succeeded").count() == 6
-    assert page.locator("#runners").get_by_text("mi300x").is_visible()
+
+
+def test_runners_page_lists_each_runner_with_its_platform(page, live_server, measured):
+    page.goto(live_server.url + "/runners")
+    row = page.locator("#runners tr[data-runner=mi300x]")
+    assert "rocm" in row.inner_text() and "online" in row.inner_text()
 
 
 def test_commit_page_shows_each_platform_and_the_change(page, live_server, measured):

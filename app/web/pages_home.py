@@ -1,0 +1,132 @@
+"""Home: open alerts first (one-platform regressions before common ones), fleet health in one
+line, then per repository the default branch's newest commits x (suite, platform), each cell
+showing the headline metric's change from the previous measured commit, coloured by the
+detector's verdict."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import Any
+
+from flask import current_app, render_template
+from sqlalchemy import func, select
+from sqlalchemy.orm import Session
+
+from app.core.clock import as_utc, utcnow
+from app.core.models import Alert, AlertChange, Commit, Job, JobState, Repository, Runner, Suite
+from app.detection.detector import DEFAULT_CONFIG
+from app.jobs.queue import queue_depth
+from app.web.dash_common import OPEN_STATES, median, relative, verdict_of
+from app.web.dash_queries import group_by_series, headline_metrics, positions, previous_samples, readings, recent_commits
+from app.web.session import request_session
+
+RECENT_COMMITS = 30
+
+
+@dataclass
+class Cell:
+    state: str                      # newest job's state ("none" when no job)
+    job_id: int | None = None
+    metric: str | None = None
+    value: float | None = None
+    change: float | None = None
+    verdict: str = "pending"        # regression / improvement / unchanged / *-unconfirmed / pending / failed
+    alert_id: int | None = None
+
+
+@dataclass
+class Fleet:
+    online: dict[str, int]
+    registered: dict[str, int]
+    depth: dict[str, int]
+    oldest_queued: Any
+
+
+def alert_priority(alert: Alert) -> tuple[int, int, int]:
+    """New before acknowledged, one-platform regressions before common ones, newest first."""
+    one_platform = any(c.classification == "platform_specific" for c in alert.changes)
+    return (0 if alert.state.value == "new" else 1, 0 if one_platform else 1, -alert.id)
+
+
+def open_alerts(session: Session, limit: int = 20) -> list[Alert]:
+    alerts = list(session.scalars(select(Alert).where(Alert.state.in_(OPEN_STATES), Alert.is_regression.is_(True))
+                                  .order_by(Alert.id.desc()).limit(200)))
+    return sorted(alerts, key=alert_priority)[:limit]
+
+
+def fleet(session: Session) -> Fleet:
+    lease_s = current_app.extensions["parallax.settings"].lease_s
+    cutoff = utcnow() - timedelta(seconds=lease_s)
+    online: dict[str, int] = {}
+    registered: dict[str, int] = {}
+    for platform, last_seen, disabled in session.execute(select(Runner.platform, Runner.last_seen_at, Runner.disabled)):
+        registered[platform] = registered.get(platform, 0) + 1
+        seen = as_utc(last_seen)
+        if not disabled and seen is not None and seen >= cutoff:
+            online[platform] = online.get(platform, 0) + 1
+    oldest = session.scalar(select(func.min(Job.created_at)).where(Job.state == JobState.queued))
+    return Fleet(online=online, registered=registered, depth=queue_depth(session), oldest_queued=as_utc(oldest))
+
+
+def matrix(session: Session, commits: list[Commit], branch: int | None
+           ) -> tuple[list[tuple[str, str]], dict[tuple[int, str, str], Cell]]:
+    ids = [c.id for c in commits]
+    cells: dict[tuple[int, str, str], Cell] = {}
+    columns: set[tuple[str, str]] = set()
+    if not ids:
+        return [], cells
+    for job_id, commit_id, suite, platform, state in session.execute(
+            select(Job.id, Job.commit_id, Suite.name, Job.platform, Job.state)
+            .join(Suite, Suite.id == Job.suite_id).where(Job.commit_id.in_(ids)).order_by(Job.id)):
+        columns.add((suite, platform))
+        cells[(commit_id, suite, platform)] = Cell(state=state.value, job_id=job_id,
+                                                   verdict="failed" if state == JobState.failed else "pending")
+    found = readings(session, ids)
+    headline = headline_metrics(found)
+    order = {c.id: i for i, c in enumerate(commits)}       # 0 = newest
+    where = positions(session, branch, ids)
+    verdicts: dict[tuple[int, str, str, str], tuple[bool, int]] = {}
+    for commit_id, suite, platform, metric, is_regression, alert_id in session.execute(
+            select(Alert.bad_commit_id, AlertChange.suite, AlertChange.platform, AlertChange.metric,
+                   AlertChange.is_regression, Alert.id)
+            .join(AlertChange, AlertChange.alert_id == Alert.id)
+            .where(Alert.bad_commit_id.in_(ids), Alert.state.in_(OPEN_STATES))):
+        key = (commit_id, suite, platform, metric)
+        if key not in verdicts or is_regression:
+            verdicts[key] = (is_regression, alert_id)
+    for (suite, platform, _fingerprint, metric), series in group_by_series(found).items():
+        if headline.get(suite) != metric:
+            continue
+        series.sort(key=lambda r: order[r.commit_id], reverse=True)   # oldest first
+        before: list[float] = []
+        if series:
+            before, _ = previous_samples(session, branch, series[0], where.get(series[0].commit_id))
+        for reading in series:
+            value = median(reading.samples)
+            cell = cells.setdefault((reading.commit_id, suite, platform), Cell(state="none"))
+            columns.add((suite, platform))
+            if cell.metric is not None:
+                before = reading.samples
+                continue                                          # a second fingerprint: keep the first
+            cell.metric, cell.value = metric, value
+            cell.change = relative(value, median(before))
+            flagged = verdicts.get((reading.commit_id, suite, platform, metric))
+            if flagged is None:
+                flagged = next((v for k, v in verdicts.items() if k[:3] == (reading.commit_id, suite, platform)), None)
+            cell.alert_id = flagged[1] if flagged else None
+            cell.verdict = verdict_of(flagged[0] if flagged else None, cell.change, reading.direction,
+                                      DEFAULT_CONFIG.min_relative)
+            before = reading.samples
+    return sorted(columns), cells
+
+
+def index() -> str:
+    session = request_session()
+    repositories = []
+    for repository in session.scalars(select(Repository).order_by(Repository.name)):
+        commits, branch = recent_commits(session, repository, RECENT_COMMITS)
+        columns, cells = matrix(session, commits, branch)
+        ordered = f"{repository.default_branch} (first-parent history)" if branch is not None else "most recently queued"
+        repositories.append({"repo": repository, "commits": commits, "ordered": ordered, "columns": columns,
+                             "cells": cells})
+    return render_template("index.html", repositories=repositories, alerts=open_alerts(session), fleet=fleet(session))
