@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import numpy as np
 from flask import Blueprint, jsonify, request
 from sqlalchemy import func, select
 
