@@ -34,8 +34,9 @@ import torch
 
 from scheduler_core.batch import FinishReason, Req, ScheduleBatch, release
 from scheduler_core.overlap import InFlight, OverlapLoop, OverlapPipeline, scheduler_device_and_policy
+from scheduler_core.records import BatchResult
 from scheduler_core.sampling import SamplingParams
-from scheduler_core.scheduler import BatchResult, Scheduler
+from scheduler_core.scheduler import Scheduler
 
 BACKENDS = ("inproc", "torch.distributed")
 
@@ -221,7 +222,10 @@ class PrefillWorker:
         else:
             with self.pipe.device.stream(self.pipe.schedule):
                 batch = sched.get_next_batch_to_run()
-                launched = self.pipe.launch(batch, merge_prefilled=False) if batch is not None else None
+                launched = None
+                if batch is not None:
+                    launched, record = self.pipe.launch(batch, merge_prefilled=False)
+                    sched.steps.append(record)
                 if self.pending is not None:
                     inflight, self.pending = self.pending, None
                     self._hand_off(inflight.batch, self.pipe.finish(inflight))

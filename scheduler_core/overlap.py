@@ -25,8 +25,10 @@ from scheduler_core.device import CpuDevice, Device, Event, Stream, make_device
 from scheduler_core.platform import ActivePolicy, Platform, detect_platform, resolve_policy
 from scheduler_core.sampling import sample
 
+from scheduler_core.records import BatchResult, StepRecord
+
 if TYPE_CHECKING:
-    from scheduler_core.scheduler import BatchResult, Scheduler
+    from scheduler_core.scheduler import Scheduler
 
 
 def default_device_and_policy(torch_device: torch.device) -> tuple[Device, ActivePolicy]:
@@ -129,8 +131,10 @@ class OverlapPipeline:
         self.futures = FutureMap(device, rows)
 
     # -- launch -------------------------------------------------------------------------------
-    def launch(self, batch: ScheduleBatch, merge_prefilled: bool = True) -> InFlight:
+    def launch(self, batch: ScheduleBatch, merge_prefilled: bool = True) -> tuple[InFlight, StepRecord]:
         """Run ``batch`` on the forward stream and queue its result copy; returns without waiting.
+
+        Returns the in-flight batch and its step record (the caller appends it to ``sched.steps``).
 
         Call inside ``device.stream(self.schedule)``. With ``merge_prefilled`` the requests that
         finish their prefill here join the running batch now, since the next batch is scheduled
@@ -212,21 +216,15 @@ class OverlapPipeline:
             self.schedule.wait_stream(fwd)
 
         seconds = time.perf_counter() - start
-        self._record_step(batch, forward_batch, seconds)
+        shared = 0 if forward_batch.prefix_slots is None else forward_batch.prefix_slots.numel()
+        step = StepRecord(batch.mode, len(batch.reqs), forward_batch.input_ids.numel(), seconds, shared, batch.mixed)
         expected = [r.kv_len for r in batch.reqs]  # seq_lens has one entry per request
         return InFlight(snapshot, rows, slots, tokens_host, margins_host, copy_done, expected, seq_lens_host,
-                        prepare_done, seconds, keep)
-
-    def _record_step(self, batch: ScheduleBatch, forward_batch, seconds: float) -> None:
-        from scheduler_core.scheduler import StepRecord
-        shared = 0 if forward_batch.prefix_slots is None else forward_batch.prefix_slots.numel()
-        self.scheduler.steps.append(StepRecord(batch.mode, len(batch.reqs), forward_batch.input_ids.numel(),
-                                               seconds, shared, batch.mixed))
+                        prepare_done, seconds, keep), step
 
     # -- finish -------------------------------------------------------------------------------
     def finish(self, inflight: InFlight) -> BatchResult:
         """Wait for the batch's result copy and return it; the batch's tensors are released."""
-        from scheduler_core.scheduler import BatchResult
         n = len(inflight.batch.reqs)
         next_ids: list[int | None] = [None] * n
         margins: list[float | None] = [None] * n
@@ -299,7 +297,10 @@ class OverlapLoop:
             if (self.pending is not None and batch is not None and not sched.overlap_consecutive_prefill
                     and batch.mode == "extend" and self.pending.batch.mode == "extend"):
                 self._process_pending()
-            launched = self.pipe.launch(batch) if batch is not None else None
+            launched = None
+            if batch is not None:
+                launched, record = self.pipe.launch(batch)
+                sched.steps.append(record)
             processed = self.pending is not None
             self._process_pending()
             self.pending = launched

@@ -16,10 +16,12 @@ from scheduler_core.device import Device
 from scheduler_core.mem import KVAllocator, ReqToTokenPool
 from scheduler_core.model.llama import KVCache
 from scheduler_core.model.loader import LoadedModel
+from scheduler_core.overlap import run_overlap_loop
 from scheduler_core.policy import PrefillAdder, order_waiting
 from scheduler_core.platform import ActivePolicy
 from scheduler_core.pools import Pools
 from scheduler_core.radix_cache import RadixCache
+from scheduler_core.records import BatchResult, StepRecord
 from scheduler_core.sampling import sample
 
 # After a retraction, assume every running request still decodes this many steps (sglang's rule).
@@ -43,24 +45,6 @@ class SchedulerConfig:
     # Run the running requests' decode tokens inside a prefill batch (one forward instead of two):
     # on a CPU every forward is a full pass over the weights, whatever its size.
     enable_mixed_chunk: bool = True
-
-
-@dataclass
-class BatchResult:
-    """Sampled tokens for the requests of a batch that produced one (None: still chunking)."""
-    next_token_ids: list[int | None]
-    margins: list[float | None]
-    forward_s: float
-
-
-@dataclass
-class StepRecord:
-    mode: str
-    batch_size: int
-    tokens: int
-    seconds: float
-    shared_prefix: int = 0  # KV slots attended once for the whole decode batch (cascade)
-    mixed: bool = False  # a prefill batch that also carries the running requests' decode tokens
 
 
 @dataclass
@@ -224,7 +208,6 @@ class Scheduler:
     def event_loop_overlap(self, on_finish=None) -> None:
         """Like event_loop_normal, but batch N+1 is scheduled and launched before batch N's result is
         processed (see overlap.py)."""
-        from scheduler_core.overlap import run_overlap_loop
         run_overlap_loop(self, on_finish)
 
     def event_loop_normal(self, on_finish=None) -> None:

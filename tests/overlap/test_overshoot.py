@@ -16,7 +16,7 @@ from scheduler_core.device import CpuDevice
 from scheduler_core.engine import Engine
 from scheduler_core.overlap import FutureMap, OverlapLoop, OverlapPipeline
 from scheduler_core.sampling import SamplingParams
-from scheduler_core.scheduler import BatchResult
+from scheduler_core.records import BatchResult
 from tests.overlap.conftest import mixed_workload, tight_engine
 
 PROMPT = [7, 8, 9, 10, 11]
