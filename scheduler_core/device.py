@@ -105,6 +105,18 @@ class Device(ABC):
     def record_stream(self, tensor: torch.Tensor, s: Stream) -> None:
         """Tell the allocator ``tensor`` is in use on ``s``, so its memory is not reused early."""
 
+    def to_host_sync(self, src: torch.Tensor) -> torch.Tensor:
+        """A host copy of ``src`` that blocks the host until the current stream has produced it
+        (``tensor.cpu()`` on a GPU)."""
+        return src.to("cpu", copy=True)
+
+    def host_list(self, tensor: torch.Tensor) -> list:
+        """The host reads a host tensor (e.g. a finished device->host copy) as a Python list."""
+        return tensor.tolist()
+
+    def name_buffer(self, tensor: torch.Tensor, name: str) -> None:
+        """Give ``tensor``'s memory a name for diagnostics (the simulator's hazard reports)."""
+
 
 # --------------------------------------------------------------------------------------- CUDA/HIP
 
@@ -285,7 +297,7 @@ class Call:
 
     op: str  # new_stream, enter_stream, exit_stream, wait_stream, wait_event, record_event,
     #          stream_synchronize, event_synchronize, event_query, synchronize, copy, to_host,
-    #          pin, empty_pinned, record_stream
+    #          pin, empty_pinned, record_stream, to_host_sync
     stream: str | None = None
     other: str | None = None  # wait_stream: the stream waited on
     event: int | None = None  # record_event / wait_event / event_*: the event's number
@@ -408,6 +420,17 @@ class RecordingDevice(Device):
         inner = self.unwrap_stream(s)
         self.calls.append(Call("record_stream", stream=s.name))
         self.inner.record_stream(tensor, inner)
+
+    def to_host_sync(self, src: torch.Tensor) -> torch.Tensor:
+        self.calls.append(Call("to_host_sync", stream=self.inner.current_stream().name,
+                               detail=f"{src.device.type}->cpu"))
+        return self.inner.to_host_sync(src)
+
+    def host_list(self, tensor: torch.Tensor) -> list:
+        return self.inner.host_list(tensor)
+
+    def name_buffer(self, tensor: torch.Tensor, name: str) -> None:
+        self.inner.name_buffer(tensor, name)
 
 
 def _describe(size: Sequence[int], dtype: torch.dtype) -> str:

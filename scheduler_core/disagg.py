@@ -333,7 +333,7 @@ class DecodeWorker:
             self.queue.popleft()
             slots = pools.alloc_tokens(n)
             req.req_pool_idx = pools.req_to_token.alloc()
-            pools.req_to_token.req_to_token[req.req_pool_idx, :n] = slots
+            pools.req_to_token.write(req.req_pool_idx, 0, slots)
             req.kv_len, req.tree_len, req.last_node = n, 0, None
             dst = slots.to(pools.kv_cache.k.device)
             pools.kv_cache.k.index_copy_(1, dst, item.k.to(pools.kv_cache.k.device))

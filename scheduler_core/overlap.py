@@ -56,37 +56,50 @@ def scheduler_device_and_policy(sched: Scheduler) -> tuple[Device, ActivePolicy]
 
 
 class FutureMap:
-    """A device ring of sampled tokens. Slot 0 is never used, so ``-slot`` is always negative.
+    """Sampled tokens the host has not read yet, in a device buffer indexed by request pool row
+    (as upstream SGLang's pool-indexed future map): row ``r`` lives at slot ``r + 1``, so ``-slot``
+    is always negative and slot 0 is never used.
 
-    ``pending`` maps a request to the slot of its newest token that the host has not seen yet.
-    At most two batches are unprocessed at once (N being processed while N+1 is launched), so a ring
-    of three batches' rows never hands out a slot a live batch still needs.
+    The forward of batch N *stashes* its tokens at its requests' slots; the host *publishes* a
+    request's placeholder into the next batch's input ids while the token is unread. ``pending``
+    maps a request to (its slot, the launch that stashed its newest token), so processing batch N
+    drops the entry only if no later launch has stashed a newer token for that request.
     """
 
-    def __init__(self, device: Device, max_rows: int) -> None:
+    def __init__(self, device: Device, rows: int) -> None:
         self.device = device
-        self.capacity = 3 * max_rows
-        self.max_rows = max_rows
-        self.buf = torch.zeros(self.capacity + 1, dtype=torch.int64, device=device.torch_device)
-        self._next = 1
-        self.pending: dict[int, int] = {}  # id(req) -> slot
+        self.rows = rows
+        self.buf = torch.zeros(rows + 1, dtype=torch.int64, device=device.torch_device)
+        device.name_buffer(self.buf, "future_map")
+        self.pending: dict[int, tuple[int, int]] = {}  # id(req) -> (slot, launch number)
 
-    def alloc(self, n: int) -> list[int]:
-        if n > self.max_rows:
-            raise ValueError(f"a batch of {n} rows exceeds the future map's {self.max_rows} rows per batch")
-        if self._next + n > self.capacity + 1:
-            self._next = 1
-        slots = list(range(self._next, self._next + n))
-        self._next += n
-        return slots
+    @staticmethod
+    def slot_of(pool_row: int) -> int:
+        return pool_row + 1
 
-    def store(self, slots: torch.Tensor, tokens: torch.Tensor) -> None:
+    def placeholder(self, req: Req) -> int | None:
+        """``-slot`` when the request's newest token is still only on the device, else None."""
+        entry = self.pending.get(id(req))
+        return None if entry is None else -entry[0]
+
+    def stash(self, slots: torch.Tensor, tokens: torch.Tensor) -> None:
         """Queued on the current (forward) stream."""
         self.buf[slots] = tokens
 
     def resolve(self, input_ids: torch.Tensor) -> torch.Tensor:
         """Input ids with every ``-slot`` placeholder replaced by the token stored there (on the device)."""
         return torch.where(input_ids < 0, self.buf[(-input_ids).clamp(min=0)], input_ids)
+
+    def publish(self, reqs: list[Req], slots: list[int], launch: int) -> None:
+        for req, slot in zip(reqs, slots):
+            self.pending[id(req)] = (slot, launch)
+
+    def retire(self, reqs: list[Req], launch: int) -> None:
+        """The host has read launch ``launch``'s tokens for ``reqs``."""
+        for req in reqs:
+            entry = self.pending.get(id(req))
+            if entry is not None and entry[1] == launch:
+                del self.pending[id(req)]
 
 
 @dataclass
@@ -95,7 +108,7 @@ class InFlight:
 
     batch: ScheduleBatch  # a snapshot: the scheduler's batches change after launch
     rows: list[int]  # rows that sampled a token
-    slots: list[int]  # their future-map slots
+    launch: int  # the launch number (future-map bookkeeping)
     tokens_host: torch.Tensor | None
     margins_host: torch.Tensor | None
     copy_done: Event | None
@@ -129,6 +142,12 @@ class OverlapPipeline:
             self._pinned = [device.empty_pinned((rows,), torch.int64) for _ in range(2)]
         self._launches = 0
         self.futures = FutureMap(device, rows)
+        pools = scheduler.pools
+        for tensor, name in ((pools.req_to_token.table, "req_to_token"), (pools.req_to_token.seq_lens, "seq_lens"),
+                             (pools.kv_cache.k, "kv_cache.k"), (pools.kv_cache.v, "kv_cache.v")):
+            device.name_buffer(tensor, name)
+        for i, buf in enumerate(self._pinned):
+            device.name_buffer(buf, f"seq_lens_host[{i}] (pinned)")
 
     # -- launch -------------------------------------------------------------------------------
     def launch(self, batch: ScheduleBatch, merge_prefilled: bool = True) -> tuple[InFlight, StepRecord]:
@@ -146,9 +165,9 @@ class OverlapPipeline:
         # batch is prepared: Req.output_ids only ever holds real tokens.
         placeholders: list[Req] = []
         for req in batch.reqs:
-            slot = futures.pending.get(id(req))
-            if slot is not None:
-                req.output_ids.append(-slot)
+            placeholder = futures.placeholder(req)
+            if placeholder is not None:
+                req.output_ids.append(placeholder)
                 placeholders.append(req)
         try:
             if batch.mode == "extend":
@@ -161,6 +180,8 @@ class OverlapPipeline:
             for req in placeholders:
                 req.output_ids.pop()
         snapshot = ScheduleBatch(list(batch.reqs), mode=batch.mode, mixed=batch.mixed)
+        shared = 0 if forward_batch.prefix_slots is None else forward_batch.prefix_slots.numel()
+        n_tokens = forward_batch.input_ids.numel()
         if merge_prefilled and batch.mode == "extend":
             running = set(map(id, sched.running.reqs))
             sched.running.merge(ScheduleBatch([batch.reqs[i] for i in rows if id(batch.reqs[i]) not in running]))
@@ -168,32 +189,43 @@ class OverlapPipeline:
         fwd = self.forward
         fwd.wait_stream(self.schedule)
         tokens = margins = seq_lens_host = prepare_done = None
-        slots: list[int] = []
-        keep = forward_batch.tensors()
+        launch_no = self._launches
+        # Allocated on the schedule stream, read on the forward stream: record_stream keeps the
+        # allocator from handing their memory to the schedule stream while the forward reads it.
+        # The host drops them when launch returns, as SGLang does.
+        shared_tensors = forward_batch.tensors()
+        for t, name in zip(shared_tensors, _batch_tensor_names(forward_batch)):
+            device.name_buffer(t, name)
+        keep: list[torch.Tensor] = []
         with device.stream(fwd):
-            for t in keep:  # allocated on the schedule stream, read on the forward stream
+            for t in shared_tensors:
                 device.record_stream(t, fwd)
+            del shared_tensors
             forward_batch.input_ids = futures.resolve(forward_batch.input_ids)
             seq_lens = forward_batch.positions[forward_batch.logits_index] + 1
+            device.name_buffer(seq_lens, "seq_lens (forward prepare)")
             if self.prepare_d2h is not None:
                 ready = fwd.record_event()
             else:
-                seq_lens_host = seq_lens.cpu()  # the plain, blocking path
+                seq_lens_host = device.to_host_sync(seq_lens)  # the plain, blocking path
             logits = sched.loaded.model(forward_batch, sched.pools.kv_cache)
             if rows:
                 picked = [batch.reqs[i] for i in rows]
                 tokens, margins = _sample_on_device(logits[rows] if len(rows) < len(batch.reqs) else logits,
                                                     picked, device.torch_device)
-                slots = futures.alloc(len(rows))
-                futures.store(torch.tensor(slots, device=device.torch_device), tokens)
-                for req, slot in zip(picked, slots):
-                    futures.pending[id(req)] = slot
-                keep += [logits, tokens, margins, seq_lens]
+                device.name_buffer(tokens, "next_token_ids")
+                device.name_buffer(margins, "next_token_margins")
+                slots = [futures.slot_of(req.req_pool_idx) for req in picked]
+                futures.stash(torch.tensor(slots, device=device.torch_device), tokens)
+                futures.publish(picked, slots, launch_no)
+                keep += [tokens, margins, seq_lens]
+        del forward_batch
         if self.prepare_d2h is not None:
             pinned = self._pinned[self._launches % 2][: seq_lens.numel()]
             self.prepare_d2h.wait_event(ready)
             with device.stream(self.prepare_d2h):
                 seq_lens_host = device.to_host(seq_lens, out=pinned)
+                device.name_buffer(seq_lens_host, "seq_lens_host (pinned)")
                 prepare_done = self.prepare_d2h.record_event()
             device.record_stream(seq_lens, self.prepare_d2h)
         self._launches += 1
@@ -205,21 +237,22 @@ class OverlapPipeline:
                 with device.stream(self.copy):
                     tokens_host, margins_host = device.to_host(tokens), device.to_host(margins)
                     copy_done = self.copy.record_event()
+                device.name_buffer(tokens_host, "next_token_ids_host")
                 device.record_stream(tokens, self.copy)
                 device.record_stream(margins, self.copy)
             else:
                 with device.stream(fwd):
                     tokens_host, margins_host = device.to_host(tokens), device.to_host(margins)
                     copy_done = fwd.record_event()
+                device.name_buffer(tokens_host, "next_token_ids_host")
         if self.policy.war_barrier:
             # The scheduler must not overwrite what the in-flight forward still reads.
             self.schedule.wait_stream(fwd)
 
         seconds = time.perf_counter() - start
-        shared = 0 if forward_batch.prefix_slots is None else forward_batch.prefix_slots.numel()
-        step = StepRecord(batch.mode, len(batch.reqs), forward_batch.input_ids.numel(), seconds, shared, batch.mixed)
+        step = StepRecord(batch.mode, len(batch.reqs), n_tokens, seconds, shared, batch.mixed)
         expected = [r.kv_len for r in batch.reqs]  # seq_lens has one entry per request
-        return InFlight(snapshot, rows, slots, tokens_host, margins_host, copy_done, expected, seq_lens_host,
+        return InFlight(snapshot, rows, launch_no, tokens_host, margins_host, copy_done, expected, seq_lens_host,
                         prepare_done, seconds, keep), step
 
     # -- finish -------------------------------------------------------------------------------
@@ -230,19 +263,29 @@ class OverlapPipeline:
         margins: list[float | None] = [None] * n
         if inflight.copy_done is not None:
             inflight.copy_done.synchronize()
-            for i, tok, gap in zip(inflight.rows, inflight.tokens_host.tolist(), inflight.margins_host.tolist()):
+            device = self.device
+            for i, tok, gap in zip(inflight.rows, device.host_list(inflight.tokens_host),
+                                   device.host_list(inflight.margins_host)):
                 next_ids[i], margins[i] = tok, gap
         if inflight.prepare_done is not None:
             inflight.prepare_done.synchronize()
-        if inflight.seq_lens_host is not None and inflight.seq_lens_host.tolist() != inflight.expected_seq_lens:
-            raise RelayError(f"device KV lengths {inflight.seq_lens_host.tolist()} != host's "
-                             f"{inflight.expected_seq_lens}")
-        for i, slot in zip(inflight.rows, inflight.slots):
-            key = id(inflight.batch.reqs[i])
-            if self.futures.pending.get(key) == slot:
-                del self.futures.pending[key]
+        if inflight.seq_lens_host is not None:
+            seen = self.device.host_list(inflight.seq_lens_host)
+            if seen != inflight.expected_seq_lens:
+                raise RelayError(f"device KV lengths {seen} != host's {inflight.expected_seq_lens}")
+        self.futures.retire([inflight.batch.reqs[i] for i in inflight.rows], inflight.launch)
         inflight.keep_alive.clear()
         return BatchResult(next_ids, margins, inflight.seconds)
+
+
+def _batch_tensor_names(forward_batch) -> list[str]:
+    """Names for ``forward_batch.tensors()``, in the same order (for hazard reports)."""
+    names = [f"forward_batch.{k}" for k, v in vars(forward_batch).items() if isinstance(v, torch.Tensor)]
+    for g, group in enumerate(forward_batch.groups):
+        names += [f"forward_batch.groups[{g}].{k}" for k, v in vars(group).items() if isinstance(v, torch.Tensor)]
+    if forward_batch.gather is not None:
+        names.append("forward_batch.gather.rows")
+    return names
 
 
 def _sample_on_device(logits: torch.Tensor, reqs: list[Req], device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:

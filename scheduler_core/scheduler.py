@@ -69,7 +69,7 @@ class Scheduler:
         allocator = KVAllocator(cfg.kv_tokens)
         dtype = next(self.loaded.model.parameters()).dtype
         self.pools = Pools(
-            req_to_token=ReqToTokenPool(cfg.max_running_requests + 1, model_cfg.max_context),
+            req_to_token=ReqToTokenPool(cfg.max_running_requests + 1, model_cfg.max_context, self.device),
             allocator=allocator,
             kv_cache=KVCache(model_cfg, cfg.kv_tokens, dtype, self.device),
             tree=RadixCache(allocator, disabled=not cfg.enable_radix_cache),

@@ -84,23 +84,23 @@ def test_every_request_is_released_once_under_overshoot_and_retraction(tiny_mode
 
 
 def test_future_map_resolves_placeholders_on_the_device() -> None:
-    futures = FutureMap(CpuDevice(), max_rows=4)
-    slots = futures.alloc(3)
+    futures = FutureMap(CpuDevice(), rows=4)
+    slots = [futures.slot_of(row) for row in (0, 1, 2)]
     assert slots == [1, 2, 3]
-    futures.store(torch.tensor(slots), torch.tensor([40, 0, 41]))
+    futures.stash(torch.tensor(slots), torch.tensor([40, 0, 41]))
     resolved = futures.resolve(torch.tensor([-1, 5, -2, 0, -3]))
     assert resolved.tolist() == [40, 5, 0, 0, 41]
 
 
-def test_future_map_ring_never_reuses_the_previous_batch_slots() -> None:
-    futures = FutureMap(CpuDevice(), max_rows=4)
-    previous: list[int] = []
-    for n in [4, 3, 4, 1, 4, 4, 2, 4, 4, 4]:
-        slots = futures.alloc(n)
-        assert 0 not in slots and not set(slots) & set(previous)
-        previous = slots
-    with pytest.raises(ValueError, match="exceeds"):
-        futures.alloc(5)
+def test_future_map_keeps_a_placeholder_until_its_newest_launch_is_read() -> None:
+    futures = FutureMap(CpuDevice(), rows=4)
+    req = object()
+    futures.publish([req], [3], launch=7)
+    futures.publish([req], [3], launch=8)  # the next batch stashed a newer token for the same row
+    futures.retire([req], launch=7)
+    assert futures.placeholder(req) == -3
+    futures.retire([req], launch=8)
+    assert futures.placeholder(req) is None
 
 
 def test_decode_input_ids_come_from_the_relay(tiny_model, monkeypatch) -> None:
