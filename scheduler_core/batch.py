@@ -178,7 +178,7 @@ class ScheduleBatch:
                           pad_index=torch.arange(len(self.reqs), device=device), max_q=1, prefix_slots=prefix_slots)
         batch = ForwardBatch(
             input_ids=torch.tensor([r.output_ids[-1] for r in self.reqs], device=device),
-            positions=positions.to(device), out_cache_loc=out_loc.to(device),
+            positions=positions.to(device, copy=True), out_cache_loc=out_loc.to(device, copy=True),
             logits_index=torch.arange(len(self.reqs), device=device), groups=[group],
             gather=DecodeGather(pool.table, pool.seq_lens, rows_dev, shared, max_kv))
         for r in self.reqs:

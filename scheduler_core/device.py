@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import itertools
 import threading
+import time
 from abc import ABC, abstractmethod
 from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass, field
@@ -116,6 +117,22 @@ class Device(ABC):
 
     def name_buffer(self, tensor: torch.Tensor, name: str) -> None:
         """Give ``tensor``'s memory a name for diagnostics (the simulator's hazard reports)."""
+
+    @property
+    def shares_host_memory(self) -> bool:
+        """True when device tensors are host memory (the CPU): no host mirror of device tables needed."""
+        return self.torch_device.type == "cpu"
+
+    def mark_device(self, tensor: torch.Tensor) -> None:
+        """Declare ``tensor``'s memory device memory (matters where device tensors live on the host,
+        as in the simulator)."""
+
+    def now(self) -> float:
+        """Seconds on this device's clock: the wall clock, or the simulator's virtual host time."""
+        return time.perf_counter()
+
+    def begin_run(self) -> None:
+        """A measured repetition starts (the simulator draws its run-to-run noise here)."""
 
 
 # --------------------------------------------------------------------------------------- CUDA/HIP
@@ -431,6 +448,19 @@ class RecordingDevice(Device):
 
     def name_buffer(self, tensor: torch.Tensor, name: str) -> None:
         self.inner.name_buffer(tensor, name)
+
+    @property
+    def shares_host_memory(self) -> bool:
+        return self.inner.shares_host_memory
+
+    def mark_device(self, tensor: torch.Tensor) -> None:
+        self.inner.mark_device(tensor)
+
+    def now(self) -> float:
+        return self.inner.now()
+
+    def begin_run(self) -> None:
+        self.inner.begin_run()
 
 
 def _describe(size: Sequence[int], dtype: torch.dtype) -> str:

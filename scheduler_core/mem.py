@@ -17,7 +17,10 @@ class OutOfSlotsError(RuntimeError):
 class ReqToTokenPool:
     """Row r, column i: the KV slot of position i of the request that holds row r."""
 
-    def __init__(self, size: int, max_context: int, device: torch.device | None = None) -> None:
+    def __init__(self, size: int, max_context: int, device: torch.device | None = None,
+                 mirror: bool | None = None) -> None:
+        """``mirror``: keep a separate host view (default: when ``device`` is not the CPU; the
+        simulator asks for one, since it models a GPU whose memory the host cannot read)."""
         self.size = size
         self.max_context = max_context
         device = device or torch.device("cpu")
@@ -26,7 +29,8 @@ class ReqToTokenPool:
         self.table = torch.zeros((size, max_context), dtype=torch.int64, device=device)
         self.seq_lens = torch.zeros(size, dtype=torch.int64, device=device)
         # The host's view, for scheduling and freeing; the same tensor when the device is the host.
-        self.req_to_token = self.table if device.type == "cpu" else torch.zeros((size, max_context), dtype=torch.int64)
+        mirror = device.type != "cpu" if mirror is None else mirror
+        self.req_to_token = torch.zeros((size, max_context), dtype=torch.int64) if mirror else self.table
         self._free = list(range(size))
 
     @property
@@ -39,14 +43,14 @@ class ReqToTokenPool:
         end = start + slots.numel()
         self.req_to_token[row, start:end] = slots
         if self.mirrored:
-            self.table[row, start:end] = slots.to(self.device, non_blocking=True)
+            self.table[row, start:end] = slots.to(self.device, non_blocking=True, copy=True)
         self.seq_lens[row] = end
 
     def write_decode(self, rows: torch.Tensor, positions: torch.Tensor, slots: torch.Tensor) -> None:
         """One new slot per row at ``positions`` (host tensors); each row's length becomes position + 1."""
         self.req_to_token[rows, positions] = slots
         if self.mirrored:
-            rows, positions, slots = (t.to(self.device, non_blocking=True) for t in (rows, positions, slots))
+            rows, positions, slots = (t.to(self.device, non_blocking=True, copy=True) for t in (rows, positions, slots))
             self.table[rows, positions] = slots
         self.seq_lens[rows] = positions + 1
 

@@ -35,14 +35,14 @@ def default_device_and_policy(torch_device: torch.device) -> tuple[Device, Activ
     """The facade and policy (with PARALLAX_* overrides) for an engine on ``torch_device``.
 
     A GPU device follows the detected platform. A CPU device is the CPU platform, unless
-    PARALLAX_DEVICE names a simulated one: then the loops follow that profile's policy and issue
-    its stream calls to a ``CpuDevice`` (the simulator's own device is not built yet).
+    PARALLAX_DEVICE names a simulated one: then the engine runs on the simulator's device
+    (``scheduler_core.sim``), which computes on the CPU and times the work on virtual streams.
     """
     platform = detect_platform()
     if torch_device.type == "cpu":
         if not platform.simulated:
-            platform = Platform("cpu")
-        return CpuDevice(platform), resolve_policy(platform)
+            return CpuDevice(Platform("cpu")), resolve_policy(Platform("cpu"))
+        return make_device(platform), resolve_policy(platform)
     return make_device(platform, torch_device.index or 0), resolve_policy(platform)
 
 
@@ -50,7 +50,9 @@ def scheduler_device_and_policy(sched: Scheduler) -> tuple[Device, ActivePolicy]
     """The scheduler's ``streams`` and ``sync_policy``, filling in defaults for its torch device."""
     if sched.streams is None or sched.sync_policy is None:
         device, policy = default_device_and_policy(sched.device)
-        sched.streams = sched.streams or device
+        if sched.streams is None:
+            sched.streams = device
+            sched._declare_device_memory(device)
         sched.sync_policy = sched.sync_policy or policy
     return sched.streams, sched.sync_policy
 
@@ -70,6 +72,7 @@ class FutureMap:
         self.device = device
         self.rows = rows
         self.buf = torch.zeros(rows + 1, dtype=torch.int64, device=device.torch_device)
+        device.mark_device(self.buf)
         device.name_buffer(self.buf, "future_map")
         self.pending: dict[int, tuple[int, int]] = {}  # id(req) -> (slot, launch number)
 
@@ -142,10 +145,6 @@ class OverlapPipeline:
             self._pinned = [device.empty_pinned((rows,), torch.int64) for _ in range(2)]
         self._launches = 0
         self.futures = FutureMap(device, rows)
-        pools = scheduler.pools
-        for tensor, name in ((pools.req_to_token.table, "req_to_token"), (pools.req_to_token.seq_lens, "seq_lens"),
-                             (pools.kv_cache.k, "kv_cache.k"), (pools.kv_cache.v, "kv_cache.v")):
-            device.name_buffer(tensor, name)
         for i, buf in enumerate(self._pinned):
             device.name_buffer(buf, f"seq_lens_host[{i}] (pinned)")
 
@@ -161,6 +160,7 @@ class OverlapPipeline:
         """
         sched, device, futures = self.scheduler, self.device, self.futures
         start = time.perf_counter()
+        started = device.now()
         # Tokens the host has not seen yet enter as -slot placeholders, for exactly as long as the
         # batch is prepared: Req.output_ids only ever holds real tokens.
         placeholders: list[Req] = []
@@ -250,7 +250,7 @@ class OverlapPipeline:
             self.schedule.wait_stream(fwd)
 
         seconds = time.perf_counter() - start
-        step = StepRecord(batch.mode, len(batch.reqs), n_tokens, seconds, shared, batch.mixed)
+        step = StepRecord(batch.mode, len(batch.reqs), n_tokens, seconds, shared, batch.mixed, started)
         expected = [r.kv_len for r in batch.reqs]  # seq_lens has one entry per request
         return InFlight(snapshot, rows, launch_no, tokens_host, margins_host, copy_done, expected, seq_lens_host,
                         prepare_done, seconds, keep), step

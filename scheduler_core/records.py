@@ -24,3 +24,4 @@ class StepRecord:
     seconds: float
     shared_prefix: int = 0  # KV slots attended once for the whole decode batch (cascade)
     mixed: bool = False  # a prefill batch that also carries the running requests' decode tokens
+    started: float = 0.0  # when the step began on the device facade's clock (Device.now(): wall or virtual)

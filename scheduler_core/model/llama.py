@@ -128,7 +128,7 @@ class ForwardBatch:
             groups = [AttnGroup.build(prefix_lens, extend_lens, kv_slots, device)]
         logits_index = torch.arange(int(ends[-1])) if all_logits else ends - 1
         return cls(input_ids=torch.tensor(input_ids, dtype=torch.int64, device=device),
-                   positions=positions.to(device), out_cache_loc=out_cache_loc.to(device),
+                   positions=positions.to(device), out_cache_loc=out_cache_loc.to(device, copy=True),
                    logits_index=logits_index.to(device), groups=groups)
 
 
