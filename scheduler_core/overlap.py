@@ -195,6 +195,7 @@ class OverlapPipeline:
         # The host drops them when launch returns, as SGLang does.
         shared_tensors = forward_batch.tensors()
         for t, name in zip(shared_tensors, _batch_tensor_names(forward_batch)):
+            device.mark_device(t)  # built on the device by the schedule stream (host->device copies)
             device.name_buffer(t, name)
         keep: list[torch.Tensor] = []
         with device.stream(fwd):

@@ -408,7 +408,7 @@ def _tensors(value: Any) -> Iterator[torch.Tensor]:
                 yield v
 
 
-_SKIP = (os.sep + "torch" + os.sep, os.sep + "sim" + os.sep, "contextlib.py")
+_SKIP = (os.path.dirname(torch.__file__) + os.sep, os.path.dirname(__file__) + os.sep, "contextlib.py")
 
 
 def _stack() -> tuple[tuple[str, int, str], ...]:
@@ -417,7 +417,7 @@ def _stack() -> tuple[tuple[str, int, str], ...]:
     f = sys._getframe(2)
     while f is not None and len(frames) < STACK_DEPTH:
         code = f.f_code
-        if not any(part in code.co_filename for part in _SKIP):
+        if not code.co_filename.startswith(_SKIP[:2]) and not code.co_filename.endswith(_SKIP[2]):
             frames.append((code.co_filename, f.f_lineno, code.co_name))
         f = f.f_back
     return tuple(frames)
