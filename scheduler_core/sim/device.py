@@ -411,13 +411,20 @@ def _tensors(value: Any) -> Iterator[torch.Tensor]:
 _SKIP = (os.path.dirname(torch.__file__) + os.sep, os.path.dirname(__file__) + os.sep, "contextlib.py")
 
 
+_KEEP_FRAME: dict[Any, bool] = {}
+
+
 def _stack() -> tuple[tuple[str, int, str], ...]:
     """The innermost Python frames outside torch and the simulator (file, line, function)."""
     frames = []
     f = sys._getframe(2)
     while f is not None and len(frames) < STACK_DEPTH:
         code = f.f_code
-        if not code.co_filename.startswith(_SKIP[:2]) and not code.co_filename.endswith(_SKIP[2]):
+        keep = _KEEP_FRAME.get(code)
+        if keep is None:
+            name = code.co_filename
+            keep = _KEEP_FRAME[code] = not name.startswith(_SKIP[:2]) and not name.endswith(_SKIP[2])
+        if keep:
             frames.append((code.co_filename, f.f_lineno, code.co_name))
         f = f.f_back
     return tuple(frames)

@@ -85,6 +85,10 @@ class RaceDetector:
         self.hazards: list[Hazard] = []
         # Blocks some actor other than their owner has used: the ones a free must check.
         self.cross: set[Hashable] = set()
+        # The host's clock changes only at host syncs and host accesses: a stream that has joined
+        # this version of it need not join again.
+        self._host_version = 0
+        self._seen_host: list[int] = [0]
 
     # -- actors and ordering ----------------------------------------------------------------------
     def new_stream(self, name: str) -> int:
@@ -92,6 +96,7 @@ class RaceDetector:
         for clock in self.clocks:
             clock.append(0)
         self.clocks.append([0] * len(self.names))
+        self._seen_host.append(-1)
         return len(self.names) - 1
 
     def _join(self, into: int, other: Clock | list[int]) -> None:
@@ -99,11 +104,14 @@ class RaceDetector:
         for i, v in enumerate(other):
             if v > clock[i]:
                 clock[i] = v
+                if into == HOST:
+                    self._host_version += 1
 
     def launch(self, stream: int) -> None:
         """The host queues work on ``stream``: that work follows everything the host has seen."""
-        if stream != HOST:
+        if stream != HOST and self._seen_host[stream] != self._host_version:
             self._join(stream, self.clocks[HOST])
+            self._seen_host[stream] = self._host_version
 
     def record(self, stream: int) -> Clock:
         """An event on ``stream``: its clock now."""
@@ -142,6 +150,8 @@ class RaceDetector:
             self.launch(actor)
         clock = self.clocks[actor]
         clock[actor] += 1
+        if actor == HOST:
+            self._host_version += 1
         access = Access(actor, clock[actor], op, stack)
         found: list[Hazard] = []
         written = set(writes)
