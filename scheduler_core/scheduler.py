@@ -199,7 +199,7 @@ class Scheduler:
         return BatchResult(tokens, margins, seconds)
 
     def process_batch_result(self, batch: ScheduleBatch, result: BatchResult) -> None:
-        now = time.perf_counter()
+        now = self.streams.now() if self.streams is not None else time.perf_counter()  # virtual on the simulator
         tokenizer, max_context = self.loaded.tokenizer, self.loaded.config.max_context
         for req, tok, gap in zip(batch.reqs, result.next_token_ids, result.margins):
             if tok is None or req.finished:  # overlap: a request that finished one batch earlier

@@ -20,7 +20,7 @@ from __future__ import annotations
 import os
 import random
 import sys
-from contextlib import AbstractContextManager, contextmanager
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any, Iterator, Sequence
 

@@ -51,8 +51,8 @@ class Hazard:
     second_stack: tuple[str, ...]
 
     def describe(self) -> str:
-        lines = [f"{self.kind} on {self.buffer}: {self.second_op} on stream {self.second_stream!r} is not ordered "
-                 f"after {self.first_op} on stream {self.first_stream!r}",
+        lines = [(f"{self.kind} on {self.buffer}: {self.second_op} on stream {self.second_stream!r} is not "
+                  f"ordered after {self.first_op} on stream {self.first_stream!r}"),
                  f"  earlier access ({self.first_stream}):"]
         lines += [f"    {frame}" for frame in self.first_stack] or ["    (no Python stack)"]
         lines.append(f"  later access ({self.second_stream}):")
