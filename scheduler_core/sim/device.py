@@ -83,7 +83,7 @@ class SimStream(Stream):
             raise TypeError(f"stream {self.name!r} of a SimDevice got a foreign event")
         dev._sweep()
         dev.detector.wait_event(self.sid, event.clock)
-        dev._run(event.stream, f"dependency for {self.name}", dev.profile.cross_stream_source_us * dev.speed)
+        # The producing stream already paid for recording the event (event_record_us).
         dev._stall(self, event.time_us, "wait_event")
 
     def record_event(self) -> Event:
