@@ -20,6 +20,7 @@ from __future__ import annotations
 import os
 import random
 import sys
+import time
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any, Iterator, Sequence
@@ -36,6 +37,7 @@ from scheduler_core.sim.race import HOST, Clock, Hazard, RaceDetector
 from scheduler_core.sim.timeline import Timeline
 
 NOISE_ENV = "PARALLAX_SIM_NOISE"
+HOST_TIME_ENV = "PARALLAX_SIM_HOST_TIME"  # "fixed" (default) or "measured"
 SEED_ENV = "PARALLAX_SIM_SEED"
 ATTEMPT_ENV = "PARALLAX_ATTEMPT"
 STACK_DEPTH = 8
@@ -106,9 +108,11 @@ class _OpRecorder(TorchDispatchMode):
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # type: ignore[override]
         kwargs = kwargs or {}
+        start = time.perf_counter()
         out = func(*args, **kwargs)
         if not self.device._paused:
             self.device._on_op(func, args, kwargs, out)
+        self.device._dispatch_s += time.perf_counter() - start
         return out
 
 
@@ -124,7 +128,7 @@ class SimDevice(Device):
     """Virtual streams and events on the CPU, timed by a profile, checked by the race detector."""
 
     def __init__(self, platform: Platform, profile: Profile | None = None, noise: bool | None = None,
-                 seed: int | None = None, keep_spans: bool = True) -> None:
+                 seed: int | None = None, keep_spans: bool = True, host_time: str | None = None) -> None:
         if not platform.simulated:
             raise ValueError(f"SimDevice needs a simulated platform, not {platform.name}")
         self.platform = platform
@@ -139,6 +143,14 @@ class SimDevice(Device):
         self._rng = random.Random(base_seed * 1_000_003 + int(os.environ.get(ATTEMPT_ENV, "0") or 0))
         self.speed = 1.0
         self.runs = 0
+        # "fixed": each host step costs the profile's host_step_us (deterministic). "measured": the
+        # wall time the host step took outside device ops (their CPU compute and the simulator's
+        # bookkeeping are excluded), so a slower scheduler shows on the timeline; not deterministic.
+        self.host_time = host_time or os.environ.get(HOST_TIME_ENV, "fixed")
+        if self.host_time not in ("fixed", "measured"):
+            raise ValueError(f"{HOST_TIME_ENV}={self.host_time!r}: use fixed or measured")
+        self._dispatch_s = 0.0
+        self._step_started = (0.0, 0.0)
         self._default = self.new_stream(DEFAULT_STREAM)
         self._stack: list[SimStream] = [self._default]
         self._depth = 0
@@ -168,8 +180,10 @@ class SimDevice(Device):
         s = self._own(s)
         self._sweep()
         outermost = self._depth == 0
-        if outermost:  # one host step: the scheduler's own work, at the profile's fixed cost
-            self._host_work(self.profile.host_step_us, "host step")
+        if outermost:  # one host step: the scheduler's own work
+            if self.host_time == "fixed":
+                self._host_work(self.profile.host_step_us, "host step")
+            self._step_started = (time.perf_counter(), self._dispatch_s)
             self._mode.__enter__()
         self._depth += 1
         self._stack.append(s)
@@ -180,6 +194,10 @@ class SimDevice(Device):
             self._depth -= 1
             if outermost:
                 self._mode.__exit__(None, None, None)
+                if self.host_time == "measured":
+                    wall, dispatched = self._step_started
+                    host_s = (time.perf_counter() - wall) - (self._dispatch_s - dispatched)
+                    self._host_work(max(host_s, 0.0) * 1e6, "host step (measured)")
             self._sweep()
 
     def synchronize(self) -> None:

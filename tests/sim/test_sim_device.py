@@ -74,3 +74,22 @@ def test_an_unknown_profile_is_refused_by_name() -> None:
     with pytest.raises(ProfileError, match="no simulator profile 'cuda-b300'.*cuda-h100"):
         load_profile("cuda-b300")
     assert {"cuda-h100", "rocm-mi300x"} <= set(available())
+
+
+def test_measured_host_time_charges_the_host_steps_wall_time(tiny) -> None:
+    import time
+    platform = Platform("sim", "cuda-h100")
+    device = SimDevice(platform, noise=False, host_time="measured")
+    with device.stream(device.current_stream()):
+        time.sleep(0.01)  # host work: no device op
+    steps = [s for s in device.timeline.spans if s.track == "host"]
+    assert len(steps) == 1 and steps[0].end_us - steps[0].start_us >= 10_000
+    fixed = SimDevice(platform, noise=False)
+    with fixed.stream(fixed.current_stream()):
+        time.sleep(0.01)
+    assert fixed.timeline.host_us == fixed.profile.host_step_us
+
+
+def test_an_unknown_host_time_mode_is_refused() -> None:
+    with pytest.raises(ValueError, match="PARALLAX_SIM_HOST_TIME='wall'"):
+        SimDevice(Platform("sim", "cuda-h100"), host_time="wall")
