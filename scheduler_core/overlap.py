@@ -74,16 +74,20 @@ class FutureMap:
         self.buf = torch.zeros(rows + 1, dtype=torch.int64, device=device.torch_device)
         device.mark_device(self.buf)
         device.name_buffer(self.buf, "future_map")
-        self.pending: dict[int, tuple[int, int]] = {}  # id(req) -> (slot, launch number)
+        # id(req) -> (slot, launch number, the request's retraction count at that launch)
+        self.pending: dict[int, tuple[int, int, int]] = {}
 
     @staticmethod
     def slot_of(pool_row: int) -> int:
         return pool_row + 1
 
     def placeholder(self, req: Req) -> int | None:
-        """``-slot`` when the request's newest token is still only on the device, else None."""
+        """``-slot`` when the request's newest token is still only on the device, else None. A token
+        stashed before the request was retracted is stale: the request restarts from its host tokens."""
         entry = self.pending.get(id(req))
-        return None if entry is None else -entry[0]
+        if entry is None or entry[2] != req.retractions:
+            return None
+        return -entry[0]
 
     def stash(self, slots: torch.Tensor, tokens: torch.Tensor) -> None:
         """Queued on the current (forward) stream."""
@@ -95,7 +99,7 @@ class FutureMap:
 
     def publish(self, reqs: list[Req], slots: list[int], launch: int) -> None:
         for req, slot in zip(reqs, slots):
-            self.pending[id(req)] = (slot, launch)
+            self.pending[id(req)] = (slot, launch, req.retractions)
 
     def retire(self, reqs: list[Req], launch: int) -> None:
         """The host has read launch ``launch``'s tokens for ``reqs``."""
@@ -112,6 +116,7 @@ class InFlight:
     batch: ScheduleBatch  # a snapshot: the scheduler's batches change after launch
     rows: list[int]  # rows that sampled a token
     launch: int  # the launch number (future-map bookkeeping)
+    retractions: list[int]  # each request's retraction count at launch: a changed one makes its result stale
     tokens_host: torch.Tensor | None
     margins_host: torch.Tensor | None
     copy_done: Event | None
@@ -253,7 +258,7 @@ class OverlapPipeline:
         seconds = time.perf_counter() - start
         step = StepRecord(batch.mode, len(batch.reqs), n_tokens, seconds, shared, batch.mixed, started)
         expected = [r.kv_len for r in batch.reqs]  # seq_lens has one entry per request
-        return InFlight(snapshot, rows, launch_no, tokens_host, margins_host, copy_done, expected, seq_lens_host,
+        return InFlight(snapshot, rows, launch_no, [r.retractions for r in batch.reqs], tokens_host, margins_host, copy_done, expected, seq_lens_host,
                         prepare_done, seconds, keep), step
 
     # -- finish -------------------------------------------------------------------------------
@@ -265,9 +270,11 @@ class OverlapPipeline:
         if inflight.copy_done is not None:
             inflight.copy_done.synchronize()
             device = self.device
+            reqs = inflight.batch.reqs
             for i, tok, gap in zip(inflight.rows, device.host_list(inflight.tokens_host),
                                    device.host_list(inflight.margins_host)):
-                next_ids[i], margins[i] = tok, gap
+                if reqs[i].retractions == inflight.retractions[i]:  # a retracted request's token is stale
+                    next_ids[i], margins[i] = tok, gap
         if inflight.prepare_done is not None:
             inflight.prepare_done.synchronize()
         if inflight.seq_lens_host is not None:
@@ -302,19 +309,13 @@ def _sample_on_device(logits: torch.Tensor, reqs: list[Req], device: torch.devic
     return tokens, margins
 
 
-def needs_sync_schedule(sched: Scheduler) -> bool:
-    """True when scheduling may retract or abort running requests: their in-flight result must be
-    processed first, or a retracted request would get a token (or finish) while waiting."""
-    return not sched.running.is_empty() and not sched.pools.can_alloc(len(sched.running))
-
-
 class OverlapLoop:
     """The overlap event loop, one iteration per ``step()``: schedule and launch batch N, then process
     batch N-1 while N runs. ``run_overlap_loop`` drives it; the disaggregated decode loop reuses it.
 
-    Before scheduling, the previous result is processed first when scheduling may retract (a
-    retracted request must not receive a token while it waits), and, with
-    ``sched.overlap_consecutive_prefill`` off, when an extend batch follows an extend batch.
+    Scheduling may retract running requests while the previous batch is in flight (as upstream
+    SGLang does): that batch's result for a retracted request is stale and skipped. With
+    ``sched.overlap_consecutive_prefill`` off, an extend batch waits for the extend batch before it.
     """
 
     def __init__(self, sched: Scheduler, on_finish: Callable[[Req], None] | None = None) -> None:
@@ -335,8 +336,6 @@ class OverlapLoop:
     def step(self) -> None:
         sched = self.sched
         with self.device.stream(self.pipe.schedule):
-            if self.pending is not None and needs_sync_schedule(sched):
-                self._process_pending()
             batch = sched.get_next_batch_to_run()
             if (self.pending is not None and batch is not None and not sched.overlap_consecutive_prefill
                     and batch.mode == "extend" and self.pending.batch.mode == "extend"):
