@@ -8,7 +8,7 @@
   creation, entering/leaving a stream, ``wait_stream``, events, copies with the stream they ran on,
   pinned allocations) to ``calls``, for tests of the sync policy.
 
-``make_device(platform)`` builds the right one; a simulated platform asks ``scheduler_core.sim``.
+``scheduler_core.devices.make_device(platform)`` builds the right one (the simulator's included).
 """
 from __future__ import annotations
 
@@ -22,7 +22,7 @@ from typing import Iterator, Sequence
 
 import torch
 
-from scheduler_core.platform import Platform, PlatformError, detect_platform
+from scheduler_core.platform import Platform, PlatformError
 
 DEFAULT_STREAM = "default"
 
@@ -465,19 +465,3 @@ class RecordingDevice(Device):
 
 def _describe(size: Sequence[int], dtype: torch.dtype) -> str:
     return f"{list(size)} {str(dtype).removeprefix('torch.')}"
-
-
-def make_device(platform: Platform | None = None, index: int = 0) -> Device:
-    """The device for ``platform`` (detected from PARALLAX_DEVICE and the hardware when None)."""
-    platform = detect_platform() if platform is None else platform
-    if platform.kind in ("cuda", "rocm"):
-        return CudaDevice(platform, index)
-    if platform.kind == "cpu":
-        return CpuDevice(platform)
-    try:
-        from scheduler_core.sim import make_sim_device  # type: ignore[attr-defined]
-    except ImportError as exc:
-        raise PlatformError(
-            f"platform {platform.name} needs the simulator (scheduler_core.sim.make_sim_device), "
-            f"which is not available: {exc}") from exc
-    return make_sim_device(platform)

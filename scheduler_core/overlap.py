@@ -16,19 +16,40 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Callable
+from typing import Any, Callable, Protocol
 
 import torch
 
 from scheduler_core.batch import Req, ScheduleBatch
-from scheduler_core.device import CpuDevice, Device, Event, Stream, make_device
+from scheduler_core.device import CpuDevice, Device, Event, Stream
+from scheduler_core.devices import make_device
+from scheduler_core.model.loader import LoadedModel
 from scheduler_core.platform import ActivePolicy, Platform, detect_platform, resolve_policy
+from scheduler_core.pools import Pools
+from scheduler_core.records import BatchResult, StepRecord
 from scheduler_core.sampling import sample
 
-from scheduler_core.records import BatchResult, StepRecord
 
-if TYPE_CHECKING:
-    from scheduler_core.scheduler import Scheduler
+class Scheduler(Protocol):
+    """What the overlap machinery uses of ``scheduler.Scheduler`` (which imports this module; this
+    module does not import it back)."""
+
+    loaded: LoadedModel
+    config: Any
+    device: torch.device
+    pools: Pools
+    running: ScheduleBatch
+    steps: list[StepRecord]
+    streams: Device | None
+    sync_policy: ActivePolicy | None
+    overlap_consecutive_prefill: bool
+
+    def get_next_batch_to_run(self) -> ScheduleBatch | None: ...
+    def process_batch_result(self, batch: ScheduleBatch, result: BatchResult) -> None: ...
+    def has_work(self) -> bool: ...
+    def _drain(self, on_finish: Callable[[Req], None] | None) -> int: ...
+    def _abort_unschedulable(self) -> None: ...
+    def _declare_device_memory(self, streams: Device) -> None: ...
 
 
 def default_device_and_policy(torch_device: torch.device) -> tuple[Device, ActivePolicy]:
@@ -258,7 +279,8 @@ class OverlapPipeline:
         seconds = time.perf_counter() - start
         step = StepRecord(batch.mode, len(batch.reqs), n_tokens, seconds, shared, batch.mixed, started)
         expected = [r.kv_len for r in batch.reqs]  # seq_lens has one entry per request
-        return InFlight(snapshot, rows, launch_no, [r.retractions for r in batch.reqs], tokens_host, margins_host, copy_done, expected, seq_lens_host,
+        return InFlight(snapshot, rows, launch_no, [r.retractions for r in batch.reqs], tokens_host, margins_host,
+                        copy_done, expected, seq_lens_host,
                         prepare_done, seconds, keep), step
 
     # -- finish -------------------------------------------------------------------------------

@@ -11,7 +11,6 @@ import json
 import os
 import re
 import sys
-import time
 from pathlib import Path
 
 from scheduler_core.engine import GenerateOutput
