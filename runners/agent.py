@@ -80,6 +80,18 @@ class Identity:
 
 # ---------------------------------------------------------------- start-up pieces
 
+# The simulator profile a simulated platform label runs on when no --sim-profile is given.
+DEFAULT_SIM_PROFILES = {"cuda-sim": "cuda-h100", "rocm-sim": "rocm-mi300x"}
+
+
+def default_sim_device(declared: dict[str, str], sim_device: str | None) -> str | None:
+    """The simulator setting: the one given, else the default profile of a declared ``<x>-sim`` label."""
+    if sim_device is not None:
+        return sim_device
+    profile = DEFAULT_SIM_PROFILES.get(declared.get("platform", ""))
+    return f"sim:{profile}" if profile else None
+
+
 def resolve_labels(facts: Facts, declared: dict[str, str], sim_device: str | None) -> dict[str, str]:
     """Detected labels overlaid with the operator's. The platform must be what was detected,
     or a simulated one (`<x>-sim`) together with the simulator's device setting."""
@@ -91,7 +103,8 @@ def resolve_labels(facts: Facts, declared: dict[str, str], sim_device: str | Non
     if platform.endswith("-sim"):
         if sim_device is None:
             raise RunnerError(f"platform {platform!r} is simulated: give the simulator's device setting "
-                              "(--sim-profile PROFILE or PARALLAX_DEVICE=sim:PROFILE)")
+                              "(--sim-profile PROFILE or PARALLAX_DEVICE=sim:PROFILE); only "
+                              f"{', '.join(DEFAULT_SIM_PROFILES)} have a default profile")
         for key in ("gpu", "driver"):  # the real device's labels would misdescribe a simulated one
             if key not in declared:
                 labels.pop(key, None)

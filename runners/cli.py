@@ -10,7 +10,7 @@ from pathlib import Path
 
 import click
 
-from runners.agent import Agent, Config, RunnerError
+from runners.agent import Agent, Config, RunnerError, default_sim_device
 
 
 def _parse_labels(values: tuple[str, ...]) -> dict[str, str]:
@@ -34,7 +34,8 @@ def _parse_labels(values: tuple[str, ...]) -> dict[str, str]:
               help="mirrors, worktrees and the runner's token (mode 0600)")
 @click.option("--once", is_flag=True, help="run one job, then exit")
 @click.option("--sim-profile", default=None,
-              help="simulator profile; sets PARALLAX_DEVICE=sim:PROFILE for jobs (needs platform=<x>-sim)")
+              help="simulator profile; sets PARALLAX_DEVICE=sim:PROFILE for jobs (needs platform=<x>-sim; "
+                   "default: cuda-h100 for platform=cuda-sim, rocm-mi300x for platform=rocm-sim)")
 @click.option("--grace", "grace_s", default=60.0, show_default=True, type=float,
               help="seconds a running job may take to finish after SIGTERM/SIGINT before it is handed back")
 @click.option("--poll", "claim_wait_s", default=10.0, show_default=True, type=float,
@@ -58,8 +59,10 @@ def runner(server: str, registration_token: str | None, name: str | None, labels
         sim_device = f"sim:{sim_profile}"
     elif sim_device is not None and not sim_device.startswith("sim:"):
         sim_device = None  # a real device selection (e.g. cuda:1) is not the simulator setting
+    declared = _parse_labels(labels)
+    sim_device = default_sim_device(declared, sim_device)  # platform=cuda-sim / rocm-sim pick their profile
     config = Config(server=server.rstrip("/"), work_dir=Path(work_dir), registration_token=registration_token,
-                    labels=_parse_labels(labels), once=once, sim_device=sim_device, grace_s=grace_s,
+                    labels=declared, once=once, sim_device=sim_device, grace_s=grace_s,
                     claim_wait_s=claim_wait_s, heartbeat_s=heartbeat_s, upload_budget_s=upload_budget_s,
                     kill_grace_s=kill_grace_s)
     if name:

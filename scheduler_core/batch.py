@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from scheduler_core.model.llama import AttnGroup, ForwardBatch
+from scheduler_core.model.llama import AttnGroup, DecodeGather, ForwardBatch
 from scheduler_core.model.tokenizer import TextTokenizer
 from scheduler_core.pools import Pools
 from scheduler_core.radix_cache import TreeNode
@@ -139,9 +139,10 @@ class ScheduleBatch:
         input_ids: list[int] = []
         kv_slots: list[torch.Tensor] = []
         offset = 0
+        pool = pools.req_to_token
         for r in self.reqs:
             n = r.extend_len
-            table[r.req_pool_idx, r.kv_len: r.kv_len + n] = out_loc[offset: offset + n]
+            pool.write(r.req_pool_idx, r.kv_len, out_loc[offset: offset + n])
             offset += n
             input_ids += r.fill_ids[r.kv_len: r.kv_len + n]
             kv_slots.append(table[r.req_pool_idx, : r.kv_len + n])
@@ -152,29 +153,34 @@ class ScheduleBatch:
         return batch
 
     def prepare_for_decode(self, pools: Pools, device: torch.device, cascade_min: int = 0) -> ForwardBatch:
-        """cascade_min > 0: when all requests share at least that many leading KV slots, attend to
+        """Write each request's new KV slot and length into the device tables (schedule stream); the
+        forward gathers its KV indices and mask from them (``DecodeGather``, forward stream).
+
+        cascade_min > 0: when all requests share at least that many leading KV slots, attend to
         them once for the whole batch (see Attention._cascade_decode)."""
         self.mode = "decode"
-        table = pools.req_to_token.req_to_token
+        pool = pools.req_to_token
         out_loc = pools.alloc_tokens(len(self.reqs))
         rows = torch.tensor([r.req_pool_idx for r in self.reqs])
         positions = torch.tensor([r.kv_len for r in self.reqs])
-        table[rows, positions] = out_loc
-        kv_lens = positions + 1
-        max_kv = int(kv_lens.max())
-        kv_indices = table[rows, :max_kv]
-        shared = shared_prefix_len(kv_indices, kv_lens) if cascade_min > 0 else 0
+        pool.write_decode(rows, positions, out_loc)
+        max_kv = max(r.kv_len for r in self.reqs) + 1
+        shared = 0
+        if cascade_min > 0:
+            shared = shared_prefix_len(pool.req_to_token[rows, :max_kv], positions + 1)
         prefix_slots = None
         if cascade_min > 0 and shared >= cascade_min:
-            prefix_slots = kv_indices[0, :shared].to(device)
-            kv_indices, kv_lens, max_kv = kv_indices[:, shared:], kv_lens - shared, max_kv - shared
-        mask = torch.arange(max_kv)[None, :] < kv_lens[:, None]
-        group = AttnGroup(kv_indices=kv_indices.contiguous().to(device), attn_mask=mask[:, None, None, :].to(device),
+            prefix_slots = pool.req_to_token[rows[0], :shared].to(device)
+        else:
+            shared = 0
+        rows_dev = rows.to(device)
+        group = AttnGroup(kv_indices=rows_dev, attn_mask=rows_dev,  # both replaced by the gather
                           pad_index=torch.arange(len(self.reqs), device=device), max_q=1, prefix_slots=prefix_slots)
         batch = ForwardBatch(
             input_ids=torch.tensor([r.output_ids[-1] for r in self.reqs], device=device),
-            positions=positions.to(device), out_cache_loc=out_loc.to(device),
-            logits_index=torch.arange(len(self.reqs), device=device), groups=[group])
+            positions=positions.to(device, copy=True), out_cache_loc=out_loc.to(device, copy=True),
+            logits_index=torch.arange(len(self.reqs), device=device), groups=[group],
+            gather=DecodeGather(pool.table, pool.seq_lens, rows_dev, shared, max_kv))
         for r in self.reqs:
             r.kv_len += 1
         return batch

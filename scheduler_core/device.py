@@ -8,12 +8,13 @@
   creation, entering/leaving a stream, ``wait_stream``, events, copies with the stream they ran on,
   pinned allocations) to ``calls``, for tests of the sync policy.
 
-``make_device(platform)`` builds the right one; a simulated platform asks ``scheduler_core.sim``.
+``scheduler_core.devices.make_device(platform)`` builds the right one (the simulator's included).
 """
 from __future__ import annotations
 
 import itertools
 import threading
+import time
 from abc import ABC, abstractmethod
 from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass, field
@@ -21,7 +22,7 @@ from typing import Iterator, Sequence
 
 import torch
 
-from scheduler_core.platform import Platform, PlatformError, detect_platform
+from scheduler_core.platform import Platform, PlatformError
 
 DEFAULT_STREAM = "default"
 
@@ -104,6 +105,34 @@ class Device(ABC):
     @abstractmethod
     def record_stream(self, tensor: torch.Tensor, s: Stream) -> None:
         """Tell the allocator ``tensor`` is in use on ``s``, so its memory is not reused early."""
+
+    def to_host_sync(self, src: torch.Tensor) -> torch.Tensor:
+        """A host copy of ``src`` that blocks the host until the current stream has produced it
+        (``tensor.cpu()`` on a GPU)."""
+        return src.to("cpu", copy=True)
+
+    def host_list(self, tensor: torch.Tensor) -> list:
+        """The host reads a host tensor (e.g. a finished device->host copy) as a Python list."""
+        return tensor.tolist()
+
+    def name_buffer(self, tensor: torch.Tensor, name: str) -> None:
+        """Give ``tensor``'s memory a name for diagnostics (the simulator's hazard reports)."""
+
+    @property
+    def shares_host_memory(self) -> bool:
+        """True when device tensors are host memory (the CPU): no host mirror of device tables needed."""
+        return self.torch_device.type == "cpu"
+
+    def mark_device(self, tensor: torch.Tensor) -> None:
+        """Declare ``tensor``'s memory device memory (matters where device tensors live on the host,
+        as in the simulator)."""
+
+    def now(self) -> float:
+        """Seconds on this device's clock: the wall clock, or the simulator's virtual host time."""
+        return time.perf_counter()
+
+    def begin_run(self) -> None:
+        """A measured repetition starts (the simulator draws its run-to-run noise here)."""
 
 
 # --------------------------------------------------------------------------------------- CUDA/HIP
@@ -285,7 +314,7 @@ class Call:
 
     op: str  # new_stream, enter_stream, exit_stream, wait_stream, wait_event, record_event,
     #          stream_synchronize, event_synchronize, event_query, synchronize, copy, to_host,
-    #          pin, empty_pinned, record_stream
+    #          pin, empty_pinned, record_stream, to_host_sync
     stream: str | None = None
     other: str | None = None  # wait_stream: the stream waited on
     event: int | None = None  # record_event / wait_event / event_*: the event's number
@@ -409,22 +438,30 @@ class RecordingDevice(Device):
         self.calls.append(Call("record_stream", stream=s.name))
         self.inner.record_stream(tensor, inner)
 
+    def to_host_sync(self, src: torch.Tensor) -> torch.Tensor:
+        self.calls.append(Call("to_host_sync", stream=self.inner.current_stream().name,
+                               detail=f"{src.device.type}->cpu"))
+        return self.inner.to_host_sync(src)
+
+    def host_list(self, tensor: torch.Tensor) -> list:
+        return self.inner.host_list(tensor)
+
+    def name_buffer(self, tensor: torch.Tensor, name: str) -> None:
+        self.inner.name_buffer(tensor, name)
+
+    @property
+    def shares_host_memory(self) -> bool:
+        return self.inner.shares_host_memory
+
+    def mark_device(self, tensor: torch.Tensor) -> None:
+        self.inner.mark_device(tensor)
+
+    def now(self) -> float:
+        return self.inner.now()
+
+    def begin_run(self) -> None:
+        self.inner.begin_run()
+
 
 def _describe(size: Sequence[int], dtype: torch.dtype) -> str:
     return f"{list(size)} {str(dtype).removeprefix('torch.')}"
-
-
-def make_device(platform: Platform | None = None, index: int = 0) -> Device:
-    """The device for ``platform`` (detected from PARALLAX_DEVICE and the hardware when None)."""
-    platform = detect_platform() if platform is None else platform
-    if platform.kind in ("cuda", "rocm"):
-        return CudaDevice(platform, index)
-    if platform.kind == "cpu":
-        return CpuDevice(platform)
-    try:
-        from scheduler_core.sim import make_sim_device  # type: ignore[attr-defined]
-    except ImportError as exc:
-        raise PlatformError(
-            f"platform {platform.name} needs the simulator (scheduler_core.sim.make_sim_device), "
-            f"which is not available: {exc}") from exc
-    return make_sim_device(platform)

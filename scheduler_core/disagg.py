@@ -34,8 +34,9 @@ import torch
 
 from scheduler_core.batch import FinishReason, Req, ScheduleBatch, release
 from scheduler_core.overlap import InFlight, OverlapLoop, OverlapPipeline, scheduler_device_and_policy
+from scheduler_core.records import BatchResult
 from scheduler_core.sampling import SamplingParams
-from scheduler_core.scheduler import BatchResult, Scheduler
+from scheduler_core.scheduler import Scheduler
 
 BACKENDS = ("inproc", "torch.distributed")
 
@@ -221,7 +222,10 @@ class PrefillWorker:
         else:
             with self.pipe.device.stream(self.pipe.schedule):
                 batch = sched.get_next_batch_to_run()
-                launched = self.pipe.launch(batch, merge_prefilled=False) if batch is not None else None
+                launched = None
+                if batch is not None:
+                    launched, record = self.pipe.launch(batch, merge_prefilled=False)
+                    sched.steps.append(record)
                 if self.pending is not None:
                     inflight, self.pending = self.pending, None
                     self._hand_off(inflight.batch, self.pipe.finish(inflight))
@@ -329,7 +333,7 @@ class DecodeWorker:
             self.queue.popleft()
             slots = pools.alloc_tokens(n)
             req.req_pool_idx = pools.req_to_token.alloc()
-            pools.req_to_token.req_to_token[req.req_pool_idx, :n] = slots
+            pools.req_to_token.write(req.req_pool_idx, 0, slots)
             req.kv_len, req.tree_len, req.last_node = n, 0, None
             dst = slots.to(pools.kv_cache.k.device)
             pools.kv_cache.k.index_copy_(1, dst, item.k.to(pools.kv_cache.k.device))

@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import itertools
-import time
 from dataclasses import dataclass, field
 from typing import Callable, Sequence
 
@@ -128,7 +127,7 @@ class Engine:
                 raise ValueError(f"{len(prompts)} prompts but {len(params)} sampling params")
         outputs: list[GenerateOutput | None] = [None] * len(prompts)
         index: dict[int, int] = {}
-        start = time.perf_counter()
+        start = self.streams.now()  # the clock token times use: wall time, or the simulator's virtual time
         for i, (prompt, p) in enumerate(zip(prompts, params)):
             ids = self.tokenizer.encode(prompt) if isinstance(prompt, str) else list(prompt)
             try:

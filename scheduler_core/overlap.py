@@ -16,31 +16,54 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Callable
+from typing import Any, Callable, Protocol
 
 import torch
 
 from scheduler_core.batch import Req, ScheduleBatch
-from scheduler_core.device import CpuDevice, Device, Event, Stream, make_device
+from scheduler_core.device import CpuDevice, Device, Event, Stream
+from scheduler_core.devices import make_device
+from scheduler_core.model.loader import LoadedModel
 from scheduler_core.platform import ActivePolicy, Platform, detect_platform, resolve_policy
+from scheduler_core.pools import Pools
+from scheduler_core.records import BatchResult, StepRecord
 from scheduler_core.sampling import sample
 
-if TYPE_CHECKING:
-    from scheduler_core.scheduler import BatchResult, Scheduler
+
+class Scheduler(Protocol):
+    """What the overlap machinery uses of ``scheduler.Scheduler`` (which imports this module; this
+    module does not import it back)."""
+
+    loaded: LoadedModel
+    config: Any
+    device: torch.device
+    pools: Pools
+    running: ScheduleBatch
+    steps: list[StepRecord]
+    streams: Device | None
+    sync_policy: ActivePolicy | None
+    overlap_consecutive_prefill: bool
+
+    def get_next_batch_to_run(self) -> ScheduleBatch | None: ...
+    def process_batch_result(self, batch: ScheduleBatch, result: BatchResult) -> None: ...
+    def has_work(self) -> bool: ...
+    def _drain(self, on_finish: Callable[[Req], None] | None) -> int: ...
+    def _abort_unschedulable(self) -> None: ...
+    def _declare_device_memory(self, streams: Device) -> None: ...
 
 
 def default_device_and_policy(torch_device: torch.device) -> tuple[Device, ActivePolicy]:
     """The facade and policy (with PARALLAX_* overrides) for an engine on ``torch_device``.
 
     A GPU device follows the detected platform. A CPU device is the CPU platform, unless
-    PARALLAX_DEVICE names a simulated one: then the loops follow that profile's policy and issue
-    its stream calls to a ``CpuDevice`` (the simulator's own device is not built yet).
+    PARALLAX_DEVICE names a simulated one: then the engine runs on the simulator's device
+    (``scheduler_core.sim``), which computes on the CPU and times the work on virtual streams.
     """
     platform = detect_platform()
     if torch_device.type == "cpu":
         if not platform.simulated:
-            platform = Platform("cpu")
-        return CpuDevice(platform), resolve_policy(platform)
+            return CpuDevice(Platform("cpu")), resolve_policy(Platform("cpu"))
+        return make_device(platform), resolve_policy(platform)
     return make_device(platform, torch_device.index or 0), resolve_policy(platform)
 
 
@@ -48,43 +71,63 @@ def scheduler_device_and_policy(sched: Scheduler) -> tuple[Device, ActivePolicy]
     """The scheduler's ``streams`` and ``sync_policy``, filling in defaults for its torch device."""
     if sched.streams is None or sched.sync_policy is None:
         device, policy = default_device_and_policy(sched.device)
-        sched.streams = sched.streams or device
+        if sched.streams is None:
+            sched.streams = device
+            sched._declare_device_memory(device)
         sched.sync_policy = sched.sync_policy or policy
     return sched.streams, sched.sync_policy
 
 
 class FutureMap:
-    """A device ring of sampled tokens. Slot 0 is never used, so ``-slot`` is always negative.
+    """Sampled tokens the host has not read yet, in a device buffer indexed by request pool row
+    (as upstream SGLang's pool-indexed future map): row ``r`` lives at slot ``r + 1``, so ``-slot``
+    is always negative and slot 0 is never used.
 
-    ``pending`` maps a request to the slot of its newest token that the host has not seen yet.
-    At most two batches are unprocessed at once (N being processed while N+1 is launched), so a ring
-    of three batches' rows never hands out a slot a live batch still needs.
+    The forward of batch N *stashes* its tokens at its requests' slots; the host *publishes* a
+    request's placeholder into the next batch's input ids while the token is unread. ``pending``
+    maps a request to (its slot, the launch that stashed its newest token), so processing batch N
+    drops the entry only if no later launch has stashed a newer token for that request.
     """
 
-    def __init__(self, device: Device, max_rows: int) -> None:
+    def __init__(self, device: Device, rows: int) -> None:
         self.device = device
-        self.capacity = 3 * max_rows
-        self.max_rows = max_rows
-        self.buf = torch.zeros(self.capacity + 1, dtype=torch.int64, device=device.torch_device)
-        self._next = 1
-        self.pending: dict[int, int] = {}  # id(req) -> slot
+        self.rows = rows
+        self.buf = torch.zeros(rows + 1, dtype=torch.int64, device=device.torch_device)
+        device.mark_device(self.buf)
+        device.name_buffer(self.buf, "future_map")
+        # id(req) -> (slot, launch number, the request's retraction count at that launch)
+        self.pending: dict[int, tuple[int, int, int]] = {}
 
-    def alloc(self, n: int) -> list[int]:
-        if n > self.max_rows:
-            raise ValueError(f"a batch of {n} rows exceeds the future map's {self.max_rows} rows per batch")
-        if self._next + n > self.capacity + 1:
-            self._next = 1
-        slots = list(range(self._next, self._next + n))
-        self._next += n
-        return slots
+    @staticmethod
+    def slot_of(pool_row: int) -> int:
+        return pool_row + 1
 
-    def store(self, slots: torch.Tensor, tokens: torch.Tensor) -> None:
+    def placeholder(self, req: Req) -> int | None:
+        """``-slot`` when the request's newest token is still only on the device, else None. A token
+        stashed before the request was retracted is stale: the request restarts from its host tokens."""
+        entry = self.pending.get(id(req))
+        if entry is None or entry[2] != req.retractions:
+            return None
+        return -entry[0]
+
+    def stash(self, slots: torch.Tensor, tokens: torch.Tensor) -> None:
         """Queued on the current (forward) stream."""
         self.buf[slots] = tokens
 
     def resolve(self, input_ids: torch.Tensor) -> torch.Tensor:
         """Input ids with every ``-slot`` placeholder replaced by the token stored there (on the device)."""
         return torch.where(input_ids < 0, self.buf[(-input_ids).clamp(min=0)], input_ids)
+
+    def publish(self, reqs: list[Req], slots: list[int], launch: int) -> None:
+        for req, slot in zip(reqs, slots):
+            self.pending[id(req)] = (slot, launch, req.retractions)
+
+    def retire(self, reqs: list[Req], launch: int) -> None:
+        """The host has read launch ``launch``'s tokens for ``reqs``."""
+        for req in reqs:
+            entry = self.pending.get(id(req))
+            if entry is not None and entry[1] == launch:
+                del self.pending[id(req)]
 
 
 @dataclass
@@ -93,7 +136,8 @@ class InFlight:
 
     batch: ScheduleBatch  # a snapshot: the scheduler's batches change after launch
     rows: list[int]  # rows that sampled a token
-    slots: list[int]  # their future-map slots
+    launch: int  # the launch number (future-map bookkeeping)
+    retractions: list[int]  # each request's retraction count at launch: a changed one makes its result stale
     tokens_host: torch.Tensor | None
     margins_host: torch.Tensor | None
     copy_done: Event | None
@@ -127,10 +171,14 @@ class OverlapPipeline:
             self._pinned = [device.empty_pinned((rows,), torch.int64) for _ in range(2)]
         self._launches = 0
         self.futures = FutureMap(device, rows)
+        for i, buf in enumerate(self._pinned):
+            device.name_buffer(buf, f"seq_lens_host[{i}] (pinned)")
 
     # -- launch -------------------------------------------------------------------------------
-    def launch(self, batch: ScheduleBatch, merge_prefilled: bool = True) -> InFlight:
+    def launch(self, batch: ScheduleBatch, merge_prefilled: bool = True) -> tuple[InFlight, StepRecord]:
         """Run ``batch`` on the forward stream and queue its result copy; returns without waiting.
+
+        Returns the in-flight batch and its step record (the caller appends it to ``sched.steps``).
 
         Call inside ``device.stream(self.schedule)``. With ``merge_prefilled`` the requests that
         finish their prefill here join the running batch now, since the next batch is scheduled
@@ -138,13 +186,14 @@ class OverlapPipeline:
         """
         sched, device, futures = self.scheduler, self.device, self.futures
         start = time.perf_counter()
+        started = device.now()
         # Tokens the host has not seen yet enter as -slot placeholders, for exactly as long as the
         # batch is prepared: Req.output_ids only ever holds real tokens.
         placeholders: list[Req] = []
         for req in batch.reqs:
-            slot = futures.pending.get(id(req))
-            if slot is not None:
-                req.output_ids.append(-slot)
+            placeholder = futures.placeholder(req)
+            if placeholder is not None:
+                req.output_ids.append(placeholder)
                 placeholders.append(req)
         try:
             if batch.mode == "extend":
@@ -157,6 +206,8 @@ class OverlapPipeline:
             for req in placeholders:
                 req.output_ids.pop()
         snapshot = ScheduleBatch(list(batch.reqs), mode=batch.mode, mixed=batch.mixed)
+        shared = 0 if forward_batch.prefix_slots is None else forward_batch.prefix_slots.numel()
+        n_tokens = forward_batch.input_ids.numel()
         if merge_prefilled and batch.mode == "extend":
             running = set(map(id, sched.running.reqs))
             sched.running.merge(ScheduleBatch([batch.reqs[i] for i in rows if id(batch.reqs[i]) not in running]))
@@ -164,32 +215,44 @@ class OverlapPipeline:
         fwd = self.forward
         fwd.wait_stream(self.schedule)
         tokens = margins = seq_lens_host = prepare_done = None
-        slots: list[int] = []
-        keep = forward_batch.tensors()
+        launch_no = self._launches
+        # Allocated on the schedule stream, read on the forward stream: record_stream keeps the
+        # allocator from handing their memory to the schedule stream while the forward reads it.
+        # The host drops them when launch returns, as SGLang does.
+        shared_tensors = forward_batch.tensors()
+        for t, name in zip(shared_tensors, _batch_tensor_names(forward_batch)):
+            device.mark_device(t)  # built on the device by the schedule stream (host->device copies)
+            device.name_buffer(t, name)
+        keep: list[torch.Tensor] = []
         with device.stream(fwd):
-            for t in keep:  # allocated on the schedule stream, read on the forward stream
+            for t in shared_tensors:
                 device.record_stream(t, fwd)
+            del shared_tensors
             forward_batch.input_ids = futures.resolve(forward_batch.input_ids)
             seq_lens = forward_batch.positions[forward_batch.logits_index] + 1
+            device.name_buffer(seq_lens, "seq_lens (forward prepare)")
             if self.prepare_d2h is not None:
                 ready = fwd.record_event()
             else:
-                seq_lens_host = seq_lens.cpu()  # the plain, blocking path
+                seq_lens_host = device.to_host_sync(seq_lens)  # the plain, blocking path
             logits = sched.loaded.model(forward_batch, sched.pools.kv_cache)
             if rows:
                 picked = [batch.reqs[i] for i in rows]
                 tokens, margins = _sample_on_device(logits[rows] if len(rows) < len(batch.reqs) else logits,
                                                     picked, device.torch_device)
-                slots = futures.alloc(len(rows))
-                futures.store(torch.tensor(slots, device=device.torch_device), tokens)
-                for req, slot in zip(picked, slots):
-                    futures.pending[id(req)] = slot
-                keep += [logits, tokens, margins, seq_lens]
+                device.name_buffer(tokens, "next_token_ids")
+                device.name_buffer(margins, "next_token_margins")
+                slots = [futures.slot_of(req.req_pool_idx) for req in picked]
+                futures.stash(torch.tensor(slots, device=device.torch_device), tokens)
+                futures.publish(picked, slots, launch_no)
+                keep += [tokens, margins, seq_lens]
+        del forward_batch
         if self.prepare_d2h is not None:
             pinned = self._pinned[self._launches % 2][: seq_lens.numel()]
             self.prepare_d2h.wait_event(ready)
             with device.stream(self.prepare_d2h):
                 seq_lens_host = device.to_host(seq_lens, out=pinned)
+                device.name_buffer(seq_lens_host, "seq_lens_host (pinned)")
                 prepare_done = self.prepare_d2h.record_event()
             device.record_stream(seq_lens, self.prepare_d2h)
         self._launches += 1
@@ -201,50 +264,58 @@ class OverlapPipeline:
                 with device.stream(self.copy):
                     tokens_host, margins_host = device.to_host(tokens), device.to_host(margins)
                     copy_done = self.copy.record_event()
+                device.name_buffer(tokens_host, "next_token_ids_host")
                 device.record_stream(tokens, self.copy)
                 device.record_stream(margins, self.copy)
             else:
                 with device.stream(fwd):
                     tokens_host, margins_host = device.to_host(tokens), device.to_host(margins)
                     copy_done = fwd.record_event()
+                device.name_buffer(tokens_host, "next_token_ids_host")
         if self.policy.war_barrier:
             # The scheduler must not overwrite what the in-flight forward still reads.
             self.schedule.wait_stream(fwd)
 
         seconds = time.perf_counter() - start
-        self._record_step(batch, forward_batch, seconds)
+        step = StepRecord(batch.mode, len(batch.reqs), n_tokens, seconds, shared, batch.mixed, started)
         expected = [r.kv_len for r in batch.reqs]  # seq_lens has one entry per request
-        return InFlight(snapshot, rows, slots, tokens_host, margins_host, copy_done, expected, seq_lens_host,
-                        prepare_done, seconds, keep)
-
-    def _record_step(self, batch: ScheduleBatch, forward_batch, seconds: float) -> None:
-        from scheduler_core.scheduler import StepRecord
-        shared = 0 if forward_batch.prefix_slots is None else forward_batch.prefix_slots.numel()
-        self.scheduler.steps.append(StepRecord(batch.mode, len(batch.reqs), forward_batch.input_ids.numel(),
-                                               seconds, shared, batch.mixed))
+        return InFlight(snapshot, rows, launch_no, [r.retractions for r in batch.reqs], tokens_host, margins_host,
+                        copy_done, expected, seq_lens_host,
+                        prepare_done, seconds, keep), step
 
     # -- finish -------------------------------------------------------------------------------
     def finish(self, inflight: InFlight) -> BatchResult:
         """Wait for the batch's result copy and return it; the batch's tensors are released."""
-        from scheduler_core.scheduler import BatchResult
         n = len(inflight.batch.reqs)
         next_ids: list[int | None] = [None] * n
         margins: list[float | None] = [None] * n
         if inflight.copy_done is not None:
             inflight.copy_done.synchronize()
-            for i, tok, gap in zip(inflight.rows, inflight.tokens_host.tolist(), inflight.margins_host.tolist()):
-                next_ids[i], margins[i] = tok, gap
+            device = self.device
+            reqs = inflight.batch.reqs
+            for i, tok, gap in zip(inflight.rows, device.host_list(inflight.tokens_host),
+                                   device.host_list(inflight.margins_host)):
+                if reqs[i].retractions == inflight.retractions[i]:  # a retracted request's token is stale
+                    next_ids[i], margins[i] = tok, gap
         if inflight.prepare_done is not None:
             inflight.prepare_done.synchronize()
-        if inflight.seq_lens_host is not None and inflight.seq_lens_host.tolist() != inflight.expected_seq_lens:
-            raise RelayError(f"device KV lengths {inflight.seq_lens_host.tolist()} != host's "
-                             f"{inflight.expected_seq_lens}")
-        for i, slot in zip(inflight.rows, inflight.slots):
-            key = id(inflight.batch.reqs[i])
-            if self.futures.pending.get(key) == slot:
-                del self.futures.pending[key]
+        if inflight.seq_lens_host is not None:
+            seen = self.device.host_list(inflight.seq_lens_host)
+            if seen != inflight.expected_seq_lens:
+                raise RelayError(f"device KV lengths {seen} != host's {inflight.expected_seq_lens}")
+        self.futures.retire([inflight.batch.reqs[i] for i in inflight.rows], inflight.launch)
         inflight.keep_alive.clear()
         return BatchResult(next_ids, margins, inflight.seconds)
+
+
+def _batch_tensor_names(forward_batch) -> list[str]:
+    """Names for ``forward_batch.tensors()``, in the same order (for hazard reports)."""
+    names = [f"forward_batch.{k}" for k, v in vars(forward_batch).items() if isinstance(v, torch.Tensor)]
+    for g, group in enumerate(forward_batch.groups):
+        names += [f"forward_batch.groups[{g}].{k}" for k, v in vars(group).items() if isinstance(v, torch.Tensor)]
+    if forward_batch.gather is not None:
+        names.append("forward_batch.gather.rows")
+    return names
 
 
 def _sample_on_device(logits: torch.Tensor, reqs: list[Req], device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
@@ -260,19 +331,13 @@ def _sample_on_device(logits: torch.Tensor, reqs: list[Req], device: torch.devic
     return tokens, margins
 
 
-def needs_sync_schedule(sched: Scheduler) -> bool:
-    """True when scheduling may retract or abort running requests: their in-flight result must be
-    processed first, or a retracted request would get a token (or finish) while waiting."""
-    return not sched.running.is_empty() and not sched.pools.can_alloc(len(sched.running))
-
-
 class OverlapLoop:
     """The overlap event loop, one iteration per ``step()``: schedule and launch batch N, then process
     batch N-1 while N runs. ``run_overlap_loop`` drives it; the disaggregated decode loop reuses it.
 
-    Before scheduling, the previous result is processed first when scheduling may retract (a
-    retracted request must not receive a token while it waits), and, with
-    ``sched.overlap_consecutive_prefill`` off, when an extend batch follows an extend batch.
+    Scheduling may retract running requests while the previous batch is in flight (as upstream
+    SGLang does): that batch's result for a retracted request is stale and skipped. With
+    ``sched.overlap_consecutive_prefill`` off, an extend batch waits for the extend batch before it.
     """
 
     def __init__(self, sched: Scheduler, on_finish: Callable[[Req], None] | None = None) -> None:
@@ -293,13 +358,14 @@ class OverlapLoop:
     def step(self) -> None:
         sched = self.sched
         with self.device.stream(self.pipe.schedule):
-            if self.pending is not None and needs_sync_schedule(sched):
-                self._process_pending()
             batch = sched.get_next_batch_to_run()
             if (self.pending is not None and batch is not None and not sched.overlap_consecutive_prefill
                     and batch.mode == "extend" and self.pending.batch.mode == "extend"):
                 self._process_pending()
-            launched = self.pipe.launch(batch) if batch is not None else None
+            launched = None
+            if batch is not None:
+                launched, record = self.pipe.launch(batch)
+                sched.steps.append(record)
             processed = self.pending is not None
             self._process_pending()
             self.pending = launched

@@ -13,9 +13,11 @@ kept here as data, so the scheduler asks the policy and never the platform:
   the barrier's occupancy cost on CUDA; other platforms use the plain ``.cpu()`` path.
 
 ``PARALLAX_DEVICE`` picks the platform (``auto``/unset, ``cpu``, ``cuda``, ``rocm`` or
-``sim:<profile>``); ``PARALLAX_WAR_BARRIER``, ``PARALLAX_COPY_STREAM`` and
-``PARALLAX_FWD_PREPARE_D2H`` (``0`` or ``1``) override one switch each for experiments. See
-docs/sync_policy.md.
+``sim:<profile>``); ``PARALLAX_SYNC_PRESET`` replays the switches SGLang had right after a pull
+request (``sglang-26380``: the WAR barrier and the forward-prepare D2H stream on every platform;
+``sglang-29075``: the decode-result copy on a dedicated copy stream on every platform);
+``PARALLAX_WAR_BARRIER``, ``PARALLAX_COPY_STREAM`` and ``PARALLAX_FWD_PREPARE_D2H`` (``0`` or
+``1``) then override one switch each for experiments. See docs/sync_policy.md.
 """
 from __future__ import annotations
 
@@ -163,6 +165,44 @@ DEFAULT_POLICIES: Mapping[Vendor, SyncPolicy] = {
     "cpu": SyncPolicy(war_barrier=False, copy_stream=False, fwd_prepare_d2h=False),
 }
 
+PRESET_ENV = "PARALLAX_SYNC_PRESET"
+
+
+@dataclass(frozen=True)
+class Preset:
+    """The switches SGLang's overlap scheduler had right after one pull request, on every platform."""
+
+    name: str
+    description: str
+    switches: Mapping[str, bool]
+
+
+# Fields a preset leaves out keep the platform's default (the code of the time followed it).
+PRESETS: Mapping[str, Preset] = {
+    "sglang-26380": Preset(
+        "sglang-26380",
+        "right after SGLang #26380: schedule_stream.wait_stream(forward_stream) on every platform, and the "
+        "forward-prepare D2H stream with pinned buffers created for CUDA and HIP (`_is_cuda or _is_hip`); "
+        "decode results still copied on the forward stream",
+        {"war_barrier": True, "fwd_prepare_d2h": True, "copy_stream": False}),
+    "sglang-29075": Preset(
+        "sglang-29075",
+        "right after SGLang #29075: the decode-result D2H copy on a dedicated copy stream "
+        "(copy_stream.wait_stream(forward_stream) + copy_done event) on every platform; the WAR barrier "
+        "and forward-prepare D2H stream already CUDA-only",
+        {"copy_stream": True}),
+}
+
+
+def parse_preset(environ: Mapping[str, str]) -> Preset | None:
+    raw = environ.get(PRESET_ENV, "").strip()
+    if raw in ("", "none"):
+        return None
+    if raw not in PRESETS:
+        raise PlatformError(f"{PRESET_ENV}={raw!r} is not a known preset: use one of {', '.join(PRESETS)} (or none)")
+    return PRESETS[raw]
+
+
 # Environment variable -> the one SyncPolicy field it sets.
 OVERRIDE_ENV: Mapping[str, str] = {
     "PARALLAX_WAR_BARRIER": "war_barrier",
@@ -195,6 +235,7 @@ class ActivePolicy:
     platform: Platform
     sync: SyncPolicy
     overrides: tuple[Override, ...] = ()
+    preset: str | None = None
 
     @property
     def war_barrier(self) -> bool:
@@ -213,6 +254,7 @@ class ActivePolicy:
             "platform": self.platform.label,
             "sync_policy": dataclasses.asdict(self.sync),
             "sync_policy_overrides": [o.as_dict() for o in self.overrides],
+            "sync_preset": self.preset,
         }
 
 
@@ -240,6 +282,9 @@ def resolve_policy(platform: Platform | None = None,
     env = os.environ if environ is None else environ
     platform = detect_platform(env) if platform is None else platform
     base = default_policy(platform)
+    preset = parse_preset(env)
+    if preset is not None:
+        base = dataclasses.replace(base, **preset.switches)
     overrides = parse_overrides(env, base)
     sync = dataclasses.replace(base, **{o.field: o.value for o in overrides})
-    return ActivePolicy(platform, sync, overrides)
+    return ActivePolicy(platform, sync, overrides, preset.name if preset else None)

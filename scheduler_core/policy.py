@@ -63,7 +63,7 @@ class PrefillAdder:
                 pools.tree.dec_lock_ref(node)
                 return False
             req.req_pool_idx = pools.req_to_token.alloc()
-            pools.req_to_token.req_to_token[req.req_pool_idx, : slots.numel()] = slots
+            pools.req_to_token.write(req.req_pool_idx, 0, slots)
             req.kv_len = req.tree_len = slots.numel()
             req.cached_tokens += slots.numel()
             req.last_node = node

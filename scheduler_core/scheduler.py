@@ -12,14 +12,16 @@ from dataclasses import dataclass, field
 import torch
 
 from scheduler_core.batch import FinishReason, Req, ScheduleBatch, release
-from scheduler_core.device import Device
+from scheduler_core.device import CpuDevice, Device
 from scheduler_core.mem import KVAllocator, ReqToTokenPool
 from scheduler_core.model.llama import KVCache
 from scheduler_core.model.loader import LoadedModel
+from scheduler_core.overlap import run_overlap_loop
 from scheduler_core.policy import PrefillAdder, order_waiting
 from scheduler_core.platform import ActivePolicy
 from scheduler_core.pools import Pools
 from scheduler_core.radix_cache import RadixCache
+from scheduler_core.records import BatchResult, StepRecord
 from scheduler_core.sampling import sample
 
 # After a retraction, assume every running request still decodes this many steps (sglang's rule).
@@ -46,24 +48,6 @@ class SchedulerConfig:
 
 
 @dataclass
-class BatchResult:
-    """Sampled tokens for the requests of a batch that produced one (None: still chunking)."""
-    next_token_ids: list[int | None]
-    margins: list[float | None]
-    forward_s: float
-
-
-@dataclass
-class StepRecord:
-    mode: str
-    batch_size: int
-    tokens: int
-    seconds: float
-    shared_prefix: int = 0  # KV slots attended once for the whole decode batch (cascade)
-    mixed: bool = False  # a prefill batch that also carries the running requests' decode tokens
-
-
-@dataclass
 class Scheduler:
     loaded: LoadedModel
     config: SchedulerConfig
@@ -85,12 +69,27 @@ class Scheduler:
         allocator = KVAllocator(cfg.kv_tokens)
         dtype = next(self.loaded.model.parameters()).dtype
         self.pools = Pools(
-            req_to_token=ReqToTokenPool(cfg.max_running_requests + 1, model_cfg.max_context),
+            req_to_token=ReqToTokenPool(cfg.max_running_requests + 1, model_cfg.max_context, self.device,
+                                        mirror=self.streams is not None and not self.streams.shares_host_memory
+                                        or self.device.type != "cpu"),
             allocator=allocator,
             kv_cache=KVCache(model_cfg, cfg.kv_tokens, dtype, self.device),
             tree=RadixCache(allocator, disabled=not cfg.enable_radix_cache),
         )
         self.new_token_ratio = cfg.init_new_token_ratio
+        if self.streams is not None:
+            self._declare_device_memory(self.streams)
+
+    def _declare_device_memory(self, streams: Device) -> None:
+        """Tell the device facade which tensors are device memory, under their names."""
+        pools = self.pools
+        for tensor, name in ((pools.req_to_token.table, "req_to_token"), (pools.req_to_token.seq_lens, "seq_lens"),
+                             (pools.kv_cache.k, "kv_cache.k"), (pools.kv_cache.v, "kv_cache.v")):
+            streams.mark_device(tensor)
+            streams.name_buffer(tensor, name)
+        for name, param in self.loaded.model.named_parameters():
+            streams.mark_device(param)
+            streams.name_buffer(param, name)
 
     # -- requests -----------------------------------------------------------------------------
     def add_request(self, req: Req) -> None:
@@ -178,6 +177,7 @@ class Scheduler:
     # -- running ------------------------------------------------------------------------------
     def run_batch(self, batch: ScheduleBatch) -> BatchResult:
         start = time.perf_counter()
+        started = self.streams.now() if self.streams is not None else start
         if batch.mode == "extend":
             forward_batch = batch.prepare_for_extend(self.pools, self.device)
         else:
@@ -195,11 +195,11 @@ class Scheduler:
         seconds = time.perf_counter() - start
         shared = 0 if forward_batch.prefix_slots is None else forward_batch.prefix_slots.numel()
         self.steps.append(StepRecord(batch.mode, len(batch.reqs), forward_batch.input_ids.numel(), seconds, shared,
-                                     batch.mixed))
+                                     batch.mixed, started))
         return BatchResult(tokens, margins, seconds)
 
     def process_batch_result(self, batch: ScheduleBatch, result: BatchResult) -> None:
-        now = time.perf_counter()
+        now = self.streams.now() if self.streams is not None else time.perf_counter()  # virtual on the simulator
         tokenizer, max_context = self.loaded.tokenizer, self.loaded.config.max_context
         for req, tok, gap in zip(batch.reqs, result.next_token_ids, result.margins):
             if tok is None or req.finished:  # overlap: a request that finished one batch earlier
@@ -224,16 +224,19 @@ class Scheduler:
     def event_loop_overlap(self, on_finish=None) -> None:
         """Like event_loop_normal, but batch N+1 is scheduled and launched before batch N's result is
         processed (see overlap.py)."""
-        from scheduler_core.overlap import run_overlap_loop
         run_overlap_loop(self, on_finish)
 
     def event_loop_normal(self, on_finish=None) -> None:
         """Run until no request is waiting or running; `on_finish(req)` is called for each finished one."""
+        streams = self.streams or CpuDevice()
         while self.has_work():
-            batch = self.get_next_batch_to_run()
-            if batch is not None:
-                result = self.run_batch(batch)
-                self.process_batch_result(batch, result)
+            # One host step on the current stream; the result is read synchronously, as .tolist() does.
+            with streams.stream(streams.current_stream()):
+                batch = self.get_next_batch_to_run()
+                if batch is not None:
+                    result = self.run_batch(batch)
+                    streams.current_stream().synchronize()
+                    self.process_batch_result(batch, result)
             drained = self._drain(on_finish)
             if batch is None and not drained and self.has_work():
                 self._abort_unschedulable()

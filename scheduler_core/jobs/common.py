@@ -9,6 +9,8 @@ import time
 import numpy as np
 
 from scheduler_core.engine import Engine
+from scheduler_core.jobs.results import Metric
+from scheduler_core.sim.device import SimDevice
 
 
 def add_engine_args(parser: argparse.ArgumentParser, *, max_running: int, kv_tokens: int) -> None:
@@ -24,6 +26,8 @@ def add_engine_args(parser: argparse.ArgumentParser, *, max_running: int, kv_tok
                         help="overlap loop: schedule batch N+1 while batch N runs (default on)")
     parser.add_argument("--disaggregation", choices=["inproc", "torch.distributed"], default=None,
                         help="separate prefill and decode schedulers, in-process or in two processes")
+    parser.add_argument("--trace", metavar="OUT.json", default=None,
+                        help="simulated platforms: write the virtual timeline as a Chrome/Perfetto trace")
     parser.add_argument("--threads", type=int, default=int(os.environ.get("PARALLAX_THREADS", 0)) or None,
                         help="torch intra-op threads (default: $PARALLAX_THREADS, else torch's default)")
 
@@ -37,6 +41,41 @@ def make_engine(args: argparse.Namespace) -> Engine:
                     num_threads=args.threads, overlap=args.overlap, disaggregation=args.disaggregation)
     log(f"model loaded in {time.perf_counter() - start:.1f}s")
     return engine
+
+
+def simulator(engine: Engine) -> SimDevice | None:
+    """The engine's simulated device, when it runs on one (PARALLAX_DEVICE=sim:<profile>)."""
+    return engine.streams if isinstance(engine.streams, SimDevice) else None
+
+
+def hazard_metric(samples: list[float]) -> Metric:
+    """Unordered cross-stream accesses the race detector found (per repeat); 0 expected."""
+    return Metric("hazards", "count", "lower_is_better", samples)
+
+
+def sim_context(device: SimDevice) -> dict[str, object]:
+    """What a simulated run adds to the results document's context."""
+    kinds: dict[str, int] = {}
+    for h in device.hazards:
+        key = f"{h.kind} on {h.buffer} ({h.first_stream} -> {h.second_stream})"
+        kinds[key] = kinds.get(key, 0) + 1
+    return {"sim_profile": device.profile.name, "sim_noise_cv": device.profile.noise_cv if device.noise else 0.0,
+            "sim_stream_busy": {k: round(v, 4) for k, v in device.busy_fraction().items()},
+            "sim_hazard_kinds": kinds}
+
+
+def finish_sim(engine: Engine, args: argparse.Namespace) -> None:
+    """Log the hazards and write the trace (--trace) of a simulated run."""
+    device = simulator(engine)
+    if device is None:
+        if args.trace:
+            log(f"--trace ignored: {engine.sync_policy.platform.name} is not a simulated platform")
+        return
+    for hazard in device.hazards[:3]:
+        log("hazard: " + hazard.describe())
+    if args.trace:
+        device.write_trace(args.trace)
+        log(f"virtual timeline written to {args.trace} (open it in ui.perfetto.dev)")
 
 
 def repeats(default: int = 3) -> int:

@@ -11,10 +11,10 @@ import json
 import random
 import statistics
 import sys
-import time
 
 from scheduler_core.engine import Engine
-from scheduler_core.jobs.common import add_engine_args, log, make_engine, percentile, repeats
+from scheduler_core.jobs.common import (add_engine_args, finish_sim, log, make_engine, percentile, repeats,
+                                        sim_context, simulator)
 from scheduler_core.jobs.results import Metric, build_document, current_commit, write_document
 from scheduler_core.sampling import SamplingParams
 
@@ -29,15 +29,30 @@ def random_prompts(engine: Engine, count: int, lengths: list[int], seed: int) ->
 
 
 def one_batch(engine: Engine, args: argparse.Namespace, seed: int) -> dict[str, float]:
+    """Decode tokens over the time of the decode steps, from the first decode step's start to the end
+    of the run, on the engine's clock (wall time, or the simulator's virtual time)."""
     prompts = random_prompts(engine, args.batch_size, [args.input_len] * args.batch_size, seed)
     params = SamplingParams(max_new_tokens=args.output_len, ignore_eos=True)
     engine.flush_cache()
+    engine.streams.begin_run()
     first = len(engine.scheduler.steps)
+    hazards_before = _hazards(engine)
     engine.generate(prompts, params)
-    steps = [s.seconds for s in engine.scheduler.steps[first:]
-             if s.mode == "decode" and s.batch_size == args.batch_size]
-    median = statistics.median(steps)
-    return {"decode_throughput": args.batch_size / median, "step_latency_p50": median * 1e3}
+    end = engine.streams.now()
+    decode = [s for s in engine.scheduler.steps[first:] if s.mode == "decode" and s.batch_size == args.batch_size]
+    if not decode:
+        raise SystemExit("one-batch mode needs --output-len >= 2 (no decode step ran)")
+    elapsed = end - decode[0].started
+    tokens = args.batch_size * (args.output_len - 1)  # the first token of each request comes from the prefill
+    values = {"decode_throughput": tokens / elapsed, "step_latency_p50": elapsed / (args.output_len - 1) * 1e3}
+    if simulator(engine) is not None:
+        values["hazards"] = float(_hazards(engine) - hazards_before)
+    return values
+
+
+def _hazards(engine: Engine) -> int:
+    device = simulator(engine)
+    return 0 if device is None else len(device.hazards)
 
 
 def serving(engine: Engine, args: argparse.Namespace, seed: int) -> dict[str, float]:
@@ -48,21 +63,27 @@ def serving(engine: Engine, args: argparse.Namespace, seed: int) -> dict[str, fl
     prompts = random_prompts(engine, args.num_prompts, inputs, seed)
     params = [SamplingParams(max_new_tokens=n, ignore_eos=True) for n in outputs]
     engine.flush_cache()
-    start = time.perf_counter()
+    engine.streams.begin_run()
+    hazards_before = _hazards(engine)
+    start = engine.streams.now()
     outs = engine.generate(prompts, params)
-    wall = time.perf_counter() - start
+    wall = engine.streams.now() - start
     tokens = sum(len(o.output_ids) for o in outs)
     ttft = [o.ttft_s * 1e3 for o in outs if o.ttft_s is not None]
     itl = [gap * 1e3 for o in outs for gap in o.itl_s]
     tpot = [sum(o.itl_s) / len(o.itl_s) * 1e3 for o in outs if o.itl_s]
-    return {"output_throughput": tokens / wall, "ttft_p50": percentile(ttft, 50), "ttft_p99": percentile(ttft, 99),
-            "itl_p50": percentile(itl, 50), "itl_p99": percentile(itl, 99), "tpot": statistics.mean(tpot)}
+    values = {"output_throughput": tokens / wall, "ttft_p50": percentile(ttft, 50), "ttft_p99": percentile(ttft, 99),
+              "itl_p50": percentile(itl, 50), "itl_p99": percentile(itl, 99), "tpot": statistics.mean(tpot)}
+    if simulator(engine) is not None:
+        values["hazards"] = float(_hazards(engine) - hazards_before)
+    return values
 
 
 UNITS = {"decode_throughput": ("tok/s", "higher_is_better"), "step_latency_p50": ("ms", "lower_is_better"),
          "output_throughput": ("tok/s", "higher_is_better"), "ttft_p50": ("ms", "lower_is_better"),
          "ttft_p99": ("ms", "lower_is_better"), "itl_p50": ("ms", "lower_is_better"),
-         "itl_p99": ("ms", "lower_is_better"), "tpot": ("ms", "lower_is_better")}
+         "itl_p99": ("ms", "lower_is_better"), "tpot": ("ms", "lower_is_better"),
+         "hazards": ("count", "lower_is_better")}
 
 
 def main(argv: list[str] | None = None) -> dict:
@@ -96,6 +117,10 @@ def main(argv: list[str] | None = None) -> dict:
     context = {**engine.settings(), "mode": args.mode, "batch_size": args.batch_size if args.mode == "one-batch"
                else args.max_running_requests, "input_len": args.input_len, "output_len": args.output_len,
                "repeats": count, "seed": args.seed, "commit": current_commit()}
+    device = simulator(engine)
+    if device is not None:
+        context.update(sim_context(device))
+    finish_sim(engine, args)
     if args.mode == "serving":
         context.update(num_prompts=args.num_prompts, min_input_len=args.min_input_len,
                        min_output_len=args.min_output_len)

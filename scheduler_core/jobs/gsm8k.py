@@ -11,11 +11,10 @@ import json
 import os
 import re
 import sys
-import time
 from pathlib import Path
 
 from scheduler_core.engine import GenerateOutput
-from scheduler_core.jobs.common import add_engine_args, log, make_engine
+from scheduler_core.jobs.common import add_engine_args, finish_sim, hazard_metric, log, make_engine, sim_context, simulator
 from scheduler_core.jobs.results import Metric, build_document, current_commit, write_document
 from scheduler_core.sampling import SamplingParams
 
@@ -97,9 +96,9 @@ def main(argv: list[str] | None = None) -> dict:
             log(f"{done}/{len(prompts)} questions answered")
 
     log(f"{len(prompts)} questions, {args.num_shots}-shot prompts from {data}")
-    start = time.perf_counter()
+    start = engine.streams.now()  # wall time, or the simulator's virtual time
     outs = engine.generate(prompts, params, on_finish=progress)
-    wall = time.perf_counter() - start
+    wall = engine.streams.now() - start
     correct, invalid = [], 0
     for ex, out in zip(test, outs):
         pred = last_number(out.text)
@@ -110,9 +109,15 @@ def main(argv: list[str] | None = None) -> dict:
     metrics = [Metric("accuracy", "", "higher_is_better", [accuracy]),
                Metric("invalid_rate", "", "lower_is_better", [invalid / len(correct)]),
                Metric("output_throughput", "tok/s", "higher_is_better", [tokens / wall])]
+    device = simulator(engine)
+    if device is not None:
+        metrics.append(hazard_metric([float(len(device.hazards))]))
     context = {**engine.settings(), "num_questions": len(test), "num_shots": args.num_shots,
                "max_new_tokens": args.max_new_tokens, "wall_s": round(wall, 2), "output_tokens": tokens,
                "commit": current_commit()}
+    if device is not None:
+        context.update(sim_context(device))
+    finish_sim(engine, args)
     doc = build_document(SUITE, metrics, context, items=("gsm8k", correct))
     path = write_document(doc, args.output)
     log(f"accuracy {accuracy:.3f} ({sum(correct)}/{len(correct)}), invalid {invalid}, "

@@ -59,6 +59,24 @@ class AttnGroup:
 
 
 @dataclass
+class DecodeGather:
+    """A decode batch's KV indices and mask, read from the device request->token table and sequence
+    lengths when the forward runs (on the forward stream, as SGLang's attention metadata is)."""
+
+    table: torch.Tensor  # [rows, max_context] the pool's device table
+    seq_lens: torch.Tensor  # [rows] the pool's device sequence lengths
+    rows: torch.Tensor  # [B] the batch's pool rows, on the device
+    shared: int  # leading slots attended once (cascade), not gathered per request
+    max_kv: int
+
+    def apply(self, group: AttnGroup) -> None:
+        group.kv_indices = self.table[self.rows, self.shared: self.max_kv]
+        lens = self.seq_lens[self.rows] - self.shared
+        mask = torch.arange(self.max_kv - self.shared, device=lens.device)[None, :] < lens[:, None]
+        group.attn_mask = mask[:, None, None, :]
+
+
+@dataclass
 class ForwardBatch:
     """Everything one forward pass needs, already on the model's device."""
 
@@ -67,12 +85,21 @@ class ForwardBatch:
     out_cache_loc: torch.Tensor  # [T] KV slot written for each new token
     logits_index: torch.Tensor  # [N] token rows whose logits are returned
     groups: list[AttnGroup]
+    gather: DecodeGather | None = None  # decode: KV indices still to read from the device tables
+
+    def materialize(self) -> None:
+        """Read what the batch still needs from the device tables, on the current stream."""
+        if self.gather is not None:
+            self.gather.apply(self.groups[0])
+            self.gather = None
 
     def tensors(self) -> list[torch.Tensor]:
         """Every tensor this batch holds, attention groups included (for stream bookkeeping)."""
         out = [v for v in vars(self).values() if isinstance(v, torch.Tensor)]
         for group in self.groups:
             out += [v for v in vars(group).values() if isinstance(v, torch.Tensor)]
+        if self.gather is not None:
+            out.append(self.gather.rows)
         return out
 
     @property
@@ -101,7 +128,7 @@ class ForwardBatch:
             groups = [AttnGroup.build(prefix_lens, extend_lens, kv_slots, device)]
         logits_index = torch.arange(int(ends[-1])) if all_logits else ends - 1
         return cls(input_ids=torch.tensor(input_ids, dtype=torch.int64, device=device),
-                   positions=positions.to(device), out_cache_loc=out_cache_loc.to(device),
+                   positions=positions.to(device), out_cache_loc=out_cache_loc.to(device, copy=True),
                    logits_index=logits_index.to(device), groups=groups)
 
 
@@ -268,6 +295,7 @@ class LlamaModel(nn.Module):
     @torch.inference_mode()
     def forward(self, batch: ForwardBatch, kv: KVCache) -> torch.Tensor:
         """Returns fp32 logits [len(batch.logits_index), vocab]."""
+        batch.materialize()
         x = self.embed_tokens(batch.input_ids)
         for layer in self.layers:
             x = layer(x, batch, kv, self.rotary)

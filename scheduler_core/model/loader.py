@@ -202,10 +202,15 @@ def _assemble(config: ModelConfig, weights: dict[str, torch.Tensor], source: str
     return model
 
 
-def _tiny_random(seed: int) -> LoadedModel:
+def tiny_random(seed: int = 0, num_layers: int = 2) -> LoadedModel:
+    """The seeded random byte-level model (``tiny-random`` has 2 layers)."""
+    return _tiny_random(seed, num_layers)
+
+
+def _tiny_random(seed: int, num_layers: int = 2) -> LoadedModel:
     tokenizer = TextTokenizer.byte_level()
     config = ModelConfig(name=TINY_RANDOM, vocab_size=tokenizer.vocab_size, hidden_size=64,
-                         intermediate_size=128, num_layers=2, num_heads=4, num_kv_heads=2,
+                         intermediate_size=128, num_layers=num_layers, num_heads=4, num_kv_heads=2,
                          rope_theta=10000.0, rms_norm_eps=1e-5, max_context=4096,
                          tie_word_embeddings=False, eos_token_id=tokenizer.eos_token_id)
     generator = torch.Generator().manual_seed(seed)

@@ -18,7 +18,7 @@ def results(tmp_path, monkeypatch):
     monkeypatch.setenv("PARALLAX_RESULTS", str(path))
     monkeypatch.setenv("PARALLAX_REPEATS", "1")
     for name in ("PARALLAX_DEVICE", "PARALLAX_PLATFORM", "PARALLAX_WAR_BARRIER", "PARALLAX_COPY_STREAM",
-                 "PARALLAX_FWD_PREPARE_D2H"):
+                 "PARALLAX_FWD_PREPARE_D2H", "PARALLAX_SYNC_PRESET"):
         monkeypatch.delenv(name, raising=False)
     return path
 
@@ -69,3 +69,33 @@ def test_real_platform_is_not_simulated(results) -> None:
     decode_throughput.main(ARGS)
     env = _load(results)["environment"]
     assert env["platform"] == "cpu" and env["simulated"] is False and env["device"] != "cpu"
+
+
+def test_simulated_run_reports_hazards_and_device_timeline_throughput(results, monkeypatch, tmp_path) -> None:
+    monkeypatch.setenv("PARALLAX_DEVICE", "sim:cuda-h100")
+    monkeypatch.setenv("PARALLAX_SIM_NOISE", "0")
+    trace = tmp_path / "trace.json"
+    decode_throughput.main(ARGS + ["--trace", str(trace)])
+    doc = _load(results)
+    metrics = {m["name"]: m for m in doc["metrics"]}
+    assert metrics["hazards"]["samples"] == [0.0] and metrics["hazards"]["direction"] == "lower_is_better"
+    assert doc["environment"]["simulated"] is True and doc["context"]["sim_profile"] == "cuda-h100"
+    assert json.loads(trace.read_text())["traceEvents"]
+
+
+def test_preset_26380_on_rocm_sim_is_recorded_and_race_free(results, monkeypatch) -> None:
+    monkeypatch.setenv("PARALLAX_DEVICE", "sim:rocm-mi300x")
+    monkeypatch.setenv("PARALLAX_SYNC_PRESET", "sglang-26380")
+    decode_throughput.main(ARGS)
+    doc = _load(results)
+    assert doc["context"]["sync_preset"] == "sglang-26380"
+    assert doc["context"]["sync_policy"] == {"war_barrier": True, "copy_stream": False, "fwd_prepare_d2h": True}
+    assert {m["name"]: m["samples"] for m in doc["metrics"]}["hazards"] == [0.0]
+
+
+def test_hip_default_on_rocm_sim_reports_its_hazards(results, monkeypatch) -> None:
+    monkeypatch.setenv("PARALLAX_DEVICE", "sim:rocm-mi300x")
+    decode_throughput.main(ARGS)
+    doc = _load(results)
+    assert {m["name"]: m["samples"] for m in doc["metrics"]}["hazards"][0] > 0
+    assert any("req_to_token" in kind for kind in doc["context"]["sim_hazard_kinds"])

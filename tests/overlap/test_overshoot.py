@@ -5,6 +5,8 @@ N's result was read). Its token from N+1 must be dropped and its memory freed on
 """
 from __future__ import annotations
 
+from types import SimpleNamespace
+
 import collections
 
 import pytest
@@ -16,7 +18,7 @@ from scheduler_core.device import CpuDevice
 from scheduler_core.engine import Engine
 from scheduler_core.overlap import FutureMap, OverlapLoop, OverlapPipeline
 from scheduler_core.sampling import SamplingParams
-from scheduler_core.scheduler import BatchResult
+from scheduler_core.records import BatchResult
 from tests.overlap.conftest import mixed_workload, tight_engine
 
 PROMPT = [7, 8, 9, 10, 11]
@@ -84,23 +86,31 @@ def test_every_request_is_released_once_under_overshoot_and_retraction(tiny_mode
 
 
 def test_future_map_resolves_placeholders_on_the_device() -> None:
-    futures = FutureMap(CpuDevice(), max_rows=4)
-    slots = futures.alloc(3)
+    futures = FutureMap(CpuDevice(), rows=4)
+    slots = [futures.slot_of(row) for row in (0, 1, 2)]
     assert slots == [1, 2, 3]
-    futures.store(torch.tensor(slots), torch.tensor([40, 0, 41]))
+    futures.stash(torch.tensor(slots), torch.tensor([40, 0, 41]))
     resolved = futures.resolve(torch.tensor([-1, 5, -2, 0, -3]))
     assert resolved.tolist() == [40, 5, 0, 0, 41]
 
 
-def test_future_map_ring_never_reuses_the_previous_batch_slots() -> None:
-    futures = FutureMap(CpuDevice(), max_rows=4)
-    previous: list[int] = []
-    for n in [4, 3, 4, 1, 4, 4, 2, 4, 4, 4]:
-        slots = futures.alloc(n)
-        assert 0 not in slots and not set(slots) & set(previous)
-        previous = slots
-    with pytest.raises(ValueError, match="exceeds"):
-        futures.alloc(5)
+def test_future_map_keeps_a_placeholder_until_its_newest_launch_is_read() -> None:
+    futures = FutureMap(CpuDevice(), rows=4)
+    req = SimpleNamespace(retractions=0)
+    futures.publish([req], [3], launch=7)
+    futures.publish([req], [3], launch=8)  # the next batch stashed a newer token for the same row
+    futures.retire([req], launch=7)
+    assert futures.placeholder(req) == -3
+    futures.retire([req], launch=8)
+    assert futures.placeholder(req) is None
+
+
+def test_a_token_stashed_before_a_retraction_is_never_used() -> None:
+    futures = FutureMap(CpuDevice(), rows=4)
+    req = SimpleNamespace(retractions=0)
+    futures.publish([req], [2], launch=1)
+    req.retractions += 1  # retracted while launch 1 is in flight: it restarts from its host tokens
+    assert futures.placeholder(req) is None
 
 
 def test_decode_input_ids_come_from_the_relay(tiny_model, monkeypatch) -> None:
@@ -119,24 +129,30 @@ def test_decode_input_ids_come_from_the_relay(tiny_model, monkeypatch) -> None:
     assert len(out.output_ids) == 4
 
 
-def test_retraction_never_happens_with_a_batch_in_flight(tiny_model, monkeypatch) -> None:
+def test_retraction_with_a_batch_in_flight_skips_its_stale_results(tiny_model, monkeypatch) -> None:
+    """As upstream: scheduling retracts while the previous batch runs; that batch's tokens for the
+    retracted requests are dropped, and the outputs equal the normal loop's."""
     loops: list[OverlapLoop] = []
     real_init, real_retract = OverlapLoop.__init__, ScheduleBatch.retract_decode
-    retractions = []
+    in_flight = []
 
     def init(self, *args, **kwargs):
         real_init(self, *args, **kwargs)
         loops.append(self)
 
     def retract(self, pools):
-        retractions.append(loops[-1].pending)
+        in_flight.append(loops[-1].pending is not None)
         return real_retract(self, pools)
 
     monkeypatch.setattr(OverlapLoop, "__init__", init)
     monkeypatch.setattr(ScheduleBatch, "retract_decode", retract)
     work = mixed_workload(n=40, seed=1)
-    tight_engine(tiny_model, overlap=True, kv_tokens=250).generate(work.prompts, work.params)
-    assert retractions and all(p is None for p in retractions)
+    overlap = tight_engine(tiny_model, overlap=True, kv_tokens=250)
+    outs = overlap.generate(work.prompts, work.params)
+    assert any(in_flight) and overlap.scheduler.retracted_total > 0
+    normal = tight_engine(tiny_model, overlap=False, kv_tokens=250).generate(work.prompts, work.params)
+    assert [o.output_ids for o in outs] == [o.output_ids for o in normal]
+    overlap.scheduler.pools.check_idle_invariant()
 
 
 @pytest.mark.parametrize("overlap_prefills", [True, False])

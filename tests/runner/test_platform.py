@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-from runners.agent import Agent, Config, RunnerError, resolve_labels
+from runners.agent import Agent, Config, RunnerError, default_sim_device, resolve_labels
 from runners.client import RetryPolicy
 from runners.facts import Facts, detect
 from tests.support.runner_harness import Harness
@@ -67,8 +67,8 @@ def test_a_box_without_torch_is_a_cpu_box(tmp_path):
     assert facts.platform == "cpu" and facts.torch is None and facts.device_count == 0
 
 
-def test_a_simulated_platform_without_the_setting_refuses_to_start(harness: Harness):
-    proc = harness.start_runner("sim", "--once", "--label", "platform=rocm-sim")
+def test_a_simulated_platform_without_a_setting_or_default_refuses_to_start(harness: Harness):
+    proc = harness.start_runner("sim", "--once", "--label", "platform=npu-sim")
     assert harness.wait_exit(proc) == 1
     assert "--sim-profile" in harness.runner_log(proc)
     assert harness.runner_ids() == {}  # nothing registered
@@ -90,6 +90,22 @@ def test_a_simulated_runner_passes_the_device_setting_and_uploads_simulated_resu
     assert run["simulated"] is True and run["platform"] == "rocm-sim"
     assert run["context"]["device_env"] == "sim:mi300x"
     assert harness.wait_exit(proc) == 0
+
+
+@pytest.mark.parametrize("label,device", [("cuda-sim", "sim:cuda-h100"), ("rocm-sim", "sim:rocm-mi300x")])
+def test_a_simulated_platform_label_selects_its_profile(label, device):
+    assert default_sim_device({"platform": label}, None) == device
+    assert default_sim_device({"platform": label}, "sim:other") == "sim:other"
+    assert default_sim_device({"platform": "cpu"}, None) is None
+
+
+def test_a_rocm_sim_runner_without_a_profile_runs_jobs_on_rocm_mi300x(harness: Harness):
+    job_id = harness.enqueue(harness.shas[0], platform="rocm-sim")
+    proc = harness.start_runner("sim", "--once", "--label", "platform=rocm-sim")
+    job = harness.wait_job(job_id, ("succeeded", "failed"), proc=proc)
+    assert job["state"] == "succeeded", job
+    [run] = harness.runs(job_id)
+    assert run["simulated"] is True and run["context"]["device_env"] == "sim:rocm-mi300x"
 
 
 def test_a_simulated_runner_refuses_a_document_that_does_not_say_simulated(harness: Harness, monkeypatch):

@@ -1,13 +1,13 @@
 """The device facade: CPU semantics, the recording wrapper, make_device, and real CUDA/HIP streams."""
 from __future__ import annotations
 
-import importlib.util
 import threading
 
 import pytest
 import torch
 
-from scheduler_core.device import DEFAULT_STREAM, Call, CpuDevice, CudaDevice, RecordingDevice, make_device
+from scheduler_core.device import DEFAULT_STREAM, Call, CpuDevice, CudaDevice, RecordingDevice
+from scheduler_core.devices import make_device
 from scheduler_core.platform import Platform, PlatformError
 
 needs_gpu = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA or ROCm GPU")
@@ -226,11 +226,9 @@ def test_make_device_follows_parallax_device(monkeypatch):
     assert isinstance(make_device(), CpuDevice)
 
 
-@pytest.mark.skipif(importlib.util.find_spec("scheduler_core.sim") is not None,
-                    reason="the simulator exists; its own tests cover make_sim_device")
-def test_make_device_for_sim_without_the_simulator_says_so():
-    with pytest.raises(PlatformError, match="sim:rocm-mi300x needs the simulator"):
-        make_device(Platform("sim", "rocm-mi300x"))
+def test_make_device_for_a_simulated_platform_is_the_simulator():
+    device = make_device(Platform("sim", "rocm-mi300x"))
+    assert type(device).__name__ == "SimDevice" and device.profile.name == "rocm-mi300x"
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="this machine has a GPU")

@@ -191,6 +191,33 @@ def test_overrides_are_read_from_the_process_environment(monkeypatch):
         "sim:cuda-h100", False, True)
 
 
+# --- presets: the regressions, reachable by configuration alone ------------------------------------
+
+@pytest.mark.parametrize("platform", [Platform("rocm"), Platform("cuda"), Platform("sim", "rocm-mi300x")])
+def test_preset_26380_puts_the_war_barrier_and_prepare_d2h_on_every_platform(platform):
+    active = resolve_policy(platform, {"PARALLAX_SYNC_PRESET": "sglang-26380"})
+    assert active.sync == SyncPolicy(war_barrier=True, copy_stream=False, fwd_prepare_d2h=True)
+    assert active.preset == "sglang-26380" and active.as_context()["sync_preset"] == "sglang-26380"
+
+
+@pytest.mark.parametrize("vendor", ALL_VENDORS)
+def test_preset_29075_puts_the_copy_stream_on_every_platform_and_keeps_the_fixed_barrier(vendor):
+    active = resolve_policy(Platform(vendor), {"PARALLAX_SYNC_PRESET": "sglang-29075"})
+    assert active.copy_stream is True
+    assert active.war_barrier == DEFAULT_POLICIES[vendor].war_barrier
+
+
+def test_a_switch_override_applies_on_top_of_a_preset():
+    active = resolve_policy(Platform("rocm"), {"PARALLAX_SYNC_PRESET": "sglang-26380", "PARALLAX_WAR_BARRIER": "0"})
+    assert (active.war_barrier, active.fwd_prepare_d2h) == (False, True)
+    assert [o.default for o in active.overrides] == [True]
+
+
+def test_an_unknown_preset_is_refused_by_name():
+    with pytest.raises(PlatformError, match="PARALLAX_SYNC_PRESET='sglang-1'.*sglang-26380, sglang-29075"):
+        resolve_policy(Platform("cpu"), {"PARALLAX_SYNC_PRESET": "sglang-1"})
+
+
 # --- the results document's context ------------------------------------------------------------
 
 def test_context_names_platform_policy_and_overrides():
@@ -200,6 +227,7 @@ def test_context_names_platform_policy_and_overrides():
         "sync_policy": {"war_barrier": False, "copy_stream": True, "fwd_prepare_d2h": False},
         "sync_policy_overrides": [{"variable": "PARALLAX_COPY_STREAM", "field": "copy_stream",
                                    "value": True, "default": False}],
+        "sync_preset": None,
     }
 
 

@@ -1,0 +1,112 @@
+"""The race detector's rules, one per test, on hand-written stream programs (no torch)."""
+from __future__ import annotations
+
+from scheduler_core.sim.race import HOST, RaceDetector
+
+
+def two_streams() -> tuple[RaceDetector, int, int]:
+    det = RaceDetector()
+    return det, det.new_stream("schedule"), det.new_stream("forward")
+
+
+def test_read_after_an_unordered_write_is_a_hazard() -> None:
+    det, a, b = two_streams()
+    det.op(a, "write", [], ["table"])
+    found = det.op(b, "read", ["table"], [])
+    assert [(h.kind, h.buffer, h.first_stream, h.second_stream) for h in found] == [
+        ("read-after-write", "table", "schedule", "forward")]
+
+
+def test_wait_stream_orders_the_read_after_the_write() -> None:
+    det, a, b = two_streams()
+    det.op(a, "write", [], ["table"])
+    det.wait_stream(b, a)
+    assert det.op(b, "read", ["table"], []) == []
+
+
+def test_write_after_an_unordered_read_is_a_hazard() -> None:
+    det, a, b = two_streams()
+    det.op(a, "write", [], ["table"])
+    det.wait_stream(b, a)
+    det.op(b, "read", ["table"], [])
+    assert [h.kind for h in det.op(a, "write again", [], ["table"])] == ["write-after-read"]
+
+
+def test_the_war_barrier_orders_the_next_write_after_the_read() -> None:
+    det, a, b = two_streams()
+    det.op(a, "write", [], ["table"])
+    det.wait_stream(b, a)
+    det.op(b, "read", ["table"], [])
+    det.wait_stream(a, b)  # schedule.wait_stream(forward)
+    assert det.op(a, "write again", [], ["table"]) == []
+
+
+def test_two_unordered_writes_are_a_hazard() -> None:
+    det, a, b = two_streams()
+    det.op(a, "w1", [], ["x"])
+    assert [h.kind for h in det.op(b, "w2", [], ["x"])] == ["write-after-write"]
+
+
+def test_an_event_recorded_before_the_write_does_not_order_it() -> None:
+    det, a, b = two_streams()
+    early = det.record(a)
+    det.op(a, "write", [], ["x"])
+    det.wait_event(b, early)
+    assert [h.kind for h in det.op(b, "read", ["x"], [])] == ["read-after-write"]
+    late = det.record(a)
+    det.wait_event(b, late)
+    assert det.op(b, "read", ["x"], []) == []
+
+
+def test_host_read_needs_a_host_sync_on_the_writer() -> None:
+    det, a, _ = two_streams()
+    det.op(a, "copy to host", [], ["pinned"])
+    assert [h.kind for h in det.op(HOST, "host read", ["pinned"], [])] == ["read-after-write"]
+    det.op(a, "copy to host", [], ["pinned"])
+    det.sync_event(det.record(a))
+    assert det.op(HOST, "host read", ["pinned"], []) == []
+
+
+def test_work_launched_after_a_host_sync_is_ordered_after_what_the_host_saw() -> None:
+    det, a, b = two_streams()
+    det.op(a, "write", [], ["x"])
+    det.sync_stream(a)
+    assert det.op(b, "read", ["x"], []) == []
+
+
+def test_freeing_a_block_another_stream_still_reads_is_a_use_after_free() -> None:
+    det, a, b = two_streams()
+    det.allocate("batch", a, "forward_batch.positions")
+    det.op(a, "fill", [], ["batch"])
+    det.wait_stream(b, a)
+    det.op(b, "read", ["batch"], [])
+    found = det.free("batch")
+    assert [(h.kind, h.buffer, h.first_stream) for h in found] == [("use-after-free", "forward_batch.positions", "forward")]
+
+
+def test_record_stream_makes_the_free_safe() -> None:
+    det, a, b = two_streams()
+    det.allocate("batch", a)
+    det.op(a, "fill", [], ["batch"])
+    det.wait_stream(b, a)
+    det.op(b, "read", ["batch"], [])
+    det.record_stream("batch", b)
+    assert det.free("batch") == []
+
+
+def test_a_free_after_the_owner_waited_on_the_user_is_safe() -> None:
+    det, a, b = two_streams()
+    det.allocate("batch", a)
+    det.op(a, "fill", [], ["batch"])
+    det.wait_stream(b, a)
+    det.op(b, "read", ["batch"], [])
+    det.wait_stream(a, b)
+    assert det.free("batch") == []
+
+
+def test_a_hazard_report_names_both_stacks() -> None:
+    det, a, b = two_streams()
+    det.op(a, "index_put_", [], ["table"], stack=(("batch.py", 10, "prepare_for_decode"),))
+    (hazard,) = det.op(b, "index", ["table"], [], stack=(("llama.py", 20, "apply"),))
+    text = hazard.describe()
+    assert "batch.py:10 in prepare_for_decode" in text and "llama.py:20 in apply" in text

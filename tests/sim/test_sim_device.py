@@ -1,0 +1,95 @@
+"""The simulated device: same outputs as the CPU, a deterministic timeline, seeded noise, traces, profiles."""
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from scheduler_core.engine import Engine
+from scheduler_core.platform import DEFAULT_POLICIES, Platform
+from scheduler_core.sampling import SamplingParams
+from scheduler_core.sim.device import SimDevice
+from scheduler_core.sim.measure import run_reference
+from scheduler_core.sim.profile import FIELDS, ProfileError, available, load_profile
+
+from .conftest import SMALL
+
+CUDA, HIP = DEFAULT_POLICIES["cuda"], DEFAULT_POLICIES["rocm"]
+
+
+@pytest.mark.parametrize("profile,policy", [("cuda-h100", CUDA), ("rocm-mi300x", HIP)])
+def test_greedy_outputs_on_the_simulator_equal_the_cpu_token_for_token(tiny, profile, policy) -> None:
+    prompts = SMALL.prompts(tiny.config.vocab_size)
+    params = SamplingParams(max_new_tokens=SMALL.output_len, ignore_eos=True)
+    cpu = [o.output_ids for o in Engine(tiny).generate(prompts, params)]
+    assert run_reference(tiny, profile, policy, workload=SMALL).outputs == cpu
+
+
+def test_the_same_inputs_give_the_same_timeline_bit_for_bit(tiny) -> None:
+    first = run_reference(tiny, "rocm-mi300x", HIP, workload=SMALL)
+    second = run_reference(tiny, "rocm-mi300x", HIP, workload=SMALL)
+    assert first.device.timeline.signature() == second.device.timeline.signature()
+    assert first.tokens_per_s == second.tokens_per_s
+
+
+def test_noise_follows_the_seed_and_the_attempt(tiny) -> None:
+    one = run_reference(tiny, "rocm-mi300x", HIP, workload=SMALL, noise=True, seed=1).tokens_per_s
+    again = run_reference(tiny, "rocm-mi300x", HIP, workload=SMALL, noise=True, seed=1).tokens_per_s
+    other = run_reference(tiny, "rocm-mi300x", HIP, workload=SMALL, noise=True, seed=2).tokens_per_s
+    exact = run_reference(tiny, "rocm-mi300x", HIP, workload=SMALL).tokens_per_s
+    assert one == again and one != other and exact not in (one, other)
+
+
+def test_attempt_changes_the_noise_draw(monkeypatch) -> None:
+    platform = Platform("sim", "rocm-mi300x")
+    monkeypatch.setenv("PARALLAX_ATTEMPT", "1")
+    first = SimDevice(platform, noise=True, seed=0).speed
+    monkeypatch.setenv("PARALLAX_ATTEMPT", "2")
+    assert SimDevice(platform, noise=True, seed=0).speed != first
+
+
+def test_trace_has_one_track_per_stream_and_the_host(tiny, tmp_path) -> None:
+    run = run_reference(tiny, "cuda-h100", CUDA, workload=SMALL)
+    path = tmp_path / "trace.json"
+    run.device.write_trace(str(path))
+    events = json.loads(path.read_text())["traceEvents"]
+    tracks = {e["args"]["name"] for e in events if e["ph"] == "M" and e["name"] == "thread_name"}
+    assert {"host", "schedule", "forward", "copy", "fwd_prepare_d2h"} <= tracks
+    spans = [e for e in events if e["ph"] == "X"]
+    assert spans and all(e["dur"] >= 0 and e["ts"] >= 0 for e in spans)
+
+
+def test_device_time_is_counted_per_stream(tiny) -> None:
+    run = run_reference(tiny, "cuda-h100", CUDA, workload=SMALL)
+    assert 0 < run.busy["forward"] <= 1 and 0 < run.busy["schedule"] < run.busy["forward"]
+
+
+@pytest.mark.parametrize("name", ["cuda-h100", "rocm-mi300x"])
+def test_every_profile_number_has_a_source(name) -> None:
+    profile = load_profile(name)
+    assert set(profile.sources) == set(FIELDS) and all(len(s) > 20 for s in profile.sources.values())
+
+
+def test_an_unknown_profile_is_refused_by_name() -> None:
+    with pytest.raises(ProfileError, match="no simulator profile 'cuda-b300'.*cuda-h100"):
+        load_profile("cuda-b300")
+    assert {"cuda-h100", "rocm-mi300x"} <= set(available())
+
+
+def test_measured_host_time_charges_the_host_steps_wall_time(tiny) -> None:
+    import time
+    platform = Platform("sim", "cuda-h100")
+    device = SimDevice(platform, noise=False, host_time="measured")
+    with device.stream(device.current_stream()):
+        time.sleep(0.01)  # host work: no device op
+    steps = [s for s in device.timeline.spans if s.track == "host"]
+    assert len(steps) == 1 and steps[0].end_us - steps[0].start_us >= 10_000
+    fixed = SimDevice(platform, noise=False)
+    with fixed.stream(fixed.current_stream()):
+        time.sleep(0.01)
+    assert fixed.timeline.host_us == fixed.profile.host_step_us
+
+
+def test_an_unknown_host_time_mode_is_refused() -> None:
+    with pytest.raises(ValueError, match="PARALLAX_SIM_HOST_TIME='wall'"):
+        SimDevice(Platform("sim", "cuda-h100"), host_time="wall")
