@@ -17,8 +17,8 @@ from scheduler_core.mem import KVAllocator, ReqToTokenPool
 from scheduler_core.model.llama import KVCache
 from scheduler_core.model.loader import LoadedModel
 from scheduler_core.overlap import run_overlap_loop
-from scheduler_core.policy import PrefillAdder, order_waiting
 from scheduler_core.platform import ActivePolicy
+from scheduler_core.policy import PrefillAdder, order_waiting
 from scheduler_core.pools import Pools
 from scheduler_core.radix_cache import RadixCache
 from scheduler_core.records import BatchResult, StepRecord

@@ -13,8 +13,7 @@ import statistics
 import sys
 
 from scheduler_core.engine import Engine
-from scheduler_core.jobs.common import (add_engine_args, finish_sim, log, make_engine, percentile, repeats,
-                                        sim_context, simulator)
+from scheduler_core.jobs.common import add_engine_args, finish_sim, log, make_engine, percentile, repeats, sim_context, simulator
 from scheduler_core.jobs.results import Metric, build_document, current_commit, write_document
 from scheduler_core.sampling import SamplingParams
 

@@ -5,9 +5,8 @@ N's result was read). Its token from N+1 must be dropped and its memory freed on
 """
 from __future__ import annotations
 
-from types import SimpleNamespace
-
 import collections
+from types import SimpleNamespace
 
 import pytest
 import torch
@@ -17,8 +16,8 @@ from scheduler_core.batch import Req, ScheduleBatch
 from scheduler_core.device import CpuDevice
 from scheduler_core.engine import Engine
 from scheduler_core.overlap import FutureMap, OverlapLoop, OverlapPipeline
-from scheduler_core.sampling import SamplingParams
 from scheduler_core.records import BatchResult
+from scheduler_core.sampling import SamplingParams
 from tests.overlap.conftest import mixed_workload, tight_engine
 
 PROMPT = [7, 8, 9, 10, 11]
