@@ -1,116 +1,418 @@
-"""`parallax demo`: the main job end to end on the embedded database.
+"""`parallax demo`: the product doing what it exists for, on one machine without a GPU.
 
-It migrates the SQLite database under var/, makes a local git repository holding the engine
-(`scheduler_core/`), starts the real service (`parallax serve`) on loopback, queues the
-decode-throughput suite for the repository's head commit, runs a real runner process
-(`parallax runner --once`) that checks the commit out and measures it, and prints what was
-stored, with the URL to look at it.
+It builds a git repository whose history replays SGLang's two overlap-scheduler regressions on a
+copy of `scheduler_core/` (`app.demo.story`), starts the real service (`parallax serve`, embedded
+SQLite under `var/demo/`) and three real runners as separate processes (`cpu`: PyTorch on this
+CPU; `cuda-sim` and `rocm-sim`: the GPU stream simulator with the H100 and MI300X profiles),
+sends signed GitHub push webhooks (several commits per push, only the head measured), and shows
+progress per platform while detection, bisect and confirmation run. It ends with a summary: the
+alerts and their classification, the culprit each bisect found inside its push, the fixes
+recognised, and the dashboard URL; then it keeps serving until Ctrl-C (`--exit-when-done` ends
+it for scripts and CI).
 """
 from __future__ import annotations
 
+import contextlib
+import fcntl
+import hashlib
+import hmac
+import json
 import os
 import shutil
-import statistics
+import signal
+import socket
 import subprocess
 import sys
+import time
+import uuid
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import IO, Any, Iterator
 
 import click
 import requests
+from sqlalchemy import func, select
+from tqdm import tqdm
 
 from app.auth.tokens import create_registration_token
 from app.core.db import Database
 from app.core.migrate import upgrade
+from app.core.models import Bisect, BisectState, Commit, DetectionState, Job, JobState
 from app.demo.service_process import ServiceProcess
-from app.git.workdir import git
+from app.demo.story import EngineRepository, Story, default_story
 
 ROOT = Path(__file__).resolve().parents[2]
+REPOSITORY = "demo/engine"
+SUITE = "decode-throughput"
+METRIC = "decode_throughput"
+PLATFORMS = ("cpu", "cuda-sim", "rocm-sim")
+ZERO_SHA = "0" * 40
+
+
+class DemoError(RuntimeError):
+    """Something the demo cannot work around; the message says what and what to do."""
+
+
 def suite_command(model: str) -> list[str]:
-    return [sys.executable, "-m", "scheduler_core.jobs.decode_throughput", "--model", model,
-            "--mode", "one-batch", "--batch-size", "8", "--input-len", "64", "--output-len", "32"]
+    return ["python", "-m", "scheduler_core.jobs.decode_throughput", "--model", model, "--mode", "one-batch",
+            "--batch-size", "8", "--input-len", "32", "--output-len", "16"]
 
 
+def write_config(path: Path, repository: Path, model: str, repeats: int) -> None:
+    command = ", ".join(json.dumps(part) for part in suite_command(model))
+    path.write_text(
+        f'[[repositories]]\nname = "{REPOSITORY}"\nurl = "{repository}"\ndefault_branch = "main"\n\n'
+        f'[[suites]]\nname = "{SUITE}"\ncommand = [{command}]\nplatforms = {json.dumps(list(PLATFORMS))}\n'
+        f'timeout_s = 600\nrepeats = {repeats}\n'
+        '# Only the head of each push is measured; a regression inside a push is found by bisect.\n'
+        'commit_policy = "head"\n')
 
 
-def make_engine_repository(path: Path) -> str:
-    """A git repository whose head commit holds this checkout's scheduler_core/; returns the SHA."""
-    if path.exists():
-        shutil.rmtree(path)
-    path.mkdir(parents=True)
-    git(path, "init", "-q", "-b", "main")
-    shutil.copytree(ROOT / "scheduler_core", path / "scheduler_core",
-                    ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
-    (path / "README.md").write_text("The engine under test, copied by `parallax demo`.\n")
-    git(path, "add", "-A")
-    git(path, "commit", "-q", "-m", "engine under test")
-    return git(path, "rev-parse", "HEAD")
+@contextlib.contextmanager
+def exclusive(work: Path) -> Iterator[None]:
+    """One demo per work directory: a second one would share its database and repository."""
+    work.mkdir(parents=True, exist_ok=True)
+    with open(work / ".lock", "a+") as handle:
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            handle.seek(0)
+            holder = handle.read().strip() or "another process"
+            raise DemoError(f"{work} is in use by another parallax demo ({holder}); stop it, or pass "
+                            "--workdir to run a second one elsewhere") from None
+        handle.seek(0)
+        handle.truncate()
+        handle.write(f"pid {os.getpid()}")
+        handle.flush()
+        yield
+
+
+def check_port(port: int) -> None:
+    if port == 0:
+        return
+    with socket.socket() as sock:
+        try:
+            sock.bind(("127.0.0.1", port))
+        except OSError as exc:
+            raise DemoError(f"port {port} on 127.0.0.1 is already in use ({exc.strerror}); pass another "
+                            "--port, or --port 0 for any free one") from None
+
+
+@dataclass
+class Runner:
+    platform: str
+    work: Path
+    command: list[str]
+    env: dict[str, str]
+    log: IO[bytes] | None = None
+    process: subprocess.Popen[bytes] | None = None
+    restarts: int = 0
+
+    def start(self) -> None:
+        self.log = open(self.work / f"runner-{self.platform}.log", "ab")
+        self.process = subprocess.Popen(self.command, env=self.env, stdout=self.log, stderr=subprocess.STDOUT,
+                                        start_new_session=True)
+
+    def died(self) -> int | None:
+        return self.process.poll() if self.process is not None else None
+
+    def stop(self) -> None:
+        if self.process is not None and self.process.poll() is None:
+            os.killpg(self.process.pid, signal.SIGTERM)
+            try:
+                self.process.wait(20)
+            except subprocess.TimeoutExpired:
+                os.killpg(self.process.pid, signal.SIGKILL)
+                self.process.wait()
+        if self.log is not None:
+            self.log.close()
+
+
+@dataclass
+class Demo:
+    work: Path
+    model: str
+    repeats: int
+    story: Story
+    port: int = 0
+    timeout_s: float = 900.0
+    secret: str = field(default_factory=lambda: uuid.uuid4().hex)
+    admin_token: str = field(default_factory=lambda: uuid.uuid4().hex)
+    runners: list[Runner] = field(default_factory=list)
+
+    @property
+    def database_url(self) -> str:
+        return f"sqlite:///{self.work / 'parallax.db'}"
+
+    def env(self) -> dict[str, str]:
+        return {"PARALLAX_DATABASE_URL": self.database_url, "PARALLAX_CONFIG": str(self.work / "parallax.toml"),
+                "PARALLAX_ADMIN_TOKEN": self.admin_token, "PARALLAX_GITHUB_WEBHOOK_SECRET": self.secret,
+                "PARALLAX_DATA_DIR": str(self.work / "data"), "PARALLAX_LOG_LEVEL": "WARNING",
+                # Short leases, so a job of a runner that died is retried within the demo.
+                "PARALLAX_LEASE_S": "30", "PARALLAX_PUBLIC_URL": ""}
+
+    # ------------------------------------------------------------ processes
+
+    def start_runners(self, base: str, registration: str) -> None:
+        parallax = str(Path(sys.executable).with_name("parallax"))
+        for platform in PLATFORMS:
+            env = dict(os.environ, **self.env(), PARALLAX_SIM_SEED="7")
+            env.pop("PARALLAX_DEVICE", None)
+            command = [parallax, "runner", "--server", base, "--registration-token", registration,
+                       "--name", f"demo-{platform}", "--label", f"platform={platform}",
+                       "--work-dir", str(self.work / f"runner-{platform}"), "--poll", "2", "--heartbeat", "5"]
+            runner = Runner(platform, self.work, command, env)
+            runner.start()
+            self.runners.append(runner)
+
+    def watch_runners(self, say: Any) -> None:
+        """A runner that died is started again (its job is retried after its lease expires)."""
+        for runner in self.runners:
+            code = runner.died()
+            if code is None:
+                continue
+            if runner.restarts >= 3:
+                raise DemoError(f"the {runner.platform} runner died {runner.restarts + 1} times (last exit "
+                                f"{code}); see {self.work / f'runner-{runner.platform}.log'}")
+            runner.restarts += 1
+            say(f"the {runner.platform} runner exited with status {code}; starting it again "
+                f"(restart {runner.restarts}); its job goes back to the queue when the lease expires")
+            runner.start()
+
+    # ------------------------------------------------------------ webhooks
+
+    def push(self, base: str, before: str | None, after: str, shas: list[str]) -> None:
+        payload = {"ref": "refs/heads/main", "before": before or ZERO_SHA, "after": after,
+                   "created": before is None, "deleted": False, "forced": False,
+                   "commits": [{"id": sha} for sha in shas],
+                   "repository": {"full_name": REPOSITORY, "clone_url": str(self.work / "engine-repo")}}
+        body = json.dumps(payload).encode()
+        signature = "sha256=" + hmac.new(self.secret.encode(), body, hashlib.sha256).hexdigest()
+        response = requests.post(f"{base}/webhooks/github", data=body, timeout=30, headers={
+            "X-GitHub-Event": "push", "X-GitHub-Delivery": str(uuid.uuid4()),
+            "X-Hub-Signature-256": signature, "Content-Type": "application/json"})
+        if response.status_code not in (200, 202):
+            raise DemoError(f"the service refused the push webhook: {response.status_code} {response.text}")
+
+    # ------------------------------------------------------------ progress
+
+    def counts(self, db: Database) -> tuple[dict[str, tuple[int, int]], int, int]:
+        """Per platform (finished, all) jobs; bisects running; series waiting for detection."""
+        with db.session() as session:
+            rows = session.execute(select(Job.platform, Job.state, func.count()).group_by(Job.platform, Job.state))
+            per: dict[str, list[int]] = {p: [0, 0] for p in PLATFORMS}
+            for platform, state, count in rows:
+                slot = per.setdefault(platform, [0, 0])
+                slot[1] += count
+                if state not in (JobState.queued, JobState.running):
+                    slot[0] += count
+            running = session.scalar(select(func.count()).select_from(Bisect)
+                                     .where(Bisect.state == BisectState.running)) or 0
+            dirty = session.scalar(select(func.count()).select_from(DetectionState)
+                                   .where(DetectionState.dirty.is_(True))) or 0
+        return {p: (done, total) for p, (done, total) in per.items()}, running, dirty
 
 
 def _step(text: str) -> None:
     click.secho(f"==> {text}", fg="cyan", err=True)
 
 
-def run_demo(workdir: str = "var/demo", port: int = 0, model: str = "smollm2-135m") -> int:
+def run_demo(workdir: str = "var/demo", port: int = 0, model: str = "tiny-random-8l", repeats: int = 3,
+             quick: bool = False, exit_when_done: bool = False, timeout_s: float = 900.0) -> int:
     work = Path(workdir).resolve()
-    work.mkdir(parents=True, exist_ok=True)
-    database_url = os.environ.get("PARALLAX_DATABASE_URL") or f"sqlite:///{(ROOT / 'var/parallax.db')}"
-    _step(f"migrating {database_url}")
-    upgrade(database_url)
-
-    _step("making a local git repository holding the engine under test")
-    repo_path = work / "engine-repo"
-    sha = make_engine_repository(repo_path)
-    config = work / "parallax.toml"
-    command = ", ".join(f'"{part}"' for part in suite_command(model))
-    config.write_text(
-        f'[[repositories]]\nname = "demo/engine"\nurl = "{repo_path}"\ndefault_branch = "main"\n\n'
-        f'[[suites]]\nname = "decode-throughput"\ncommand = [{command}]\nplatforms = ["cpu"]\n'
-        f'timeout_s = 900\nrepeats = 3\n')
-
-    admin_token = os.urandom(16).hex()
-    env = {"PARALLAX_DATABASE_URL": database_url, "PARALLAX_CONFIG": str(config), "PARALLAX_ADMIN_TOKEN": admin_token,
-           "PARALLAX_LOG_LEVEL": "WARNING"}
-    parallax = str(Path(sys.executable).with_name("parallax"))
-    _step("starting the service: parallax serve")
-    with open(work / "serve.log", "w") as log, ServiceProcess(env, workers=2, port=port, log=log) as service:
-        base = service.base
-        _step(f"queueing decode-throughput on cpu for demo/engine@{sha[:12]}")
-        response = requests.post(f"{base}/api/v1/jobs", json={"repository": "demo/engine", "commit": sha},
-                                 headers={"Authorization": f"Bearer {admin_token}"}, timeout=30)
-        response.raise_for_status()
-        database = Database(database_url)
-        with database.session() as session:
-            registration = create_registration_token(session, "parallax demo")
-        database.engine.dispose()
-
-        _step("running a runner for one job (checkout, run the suite, upload the results)")
-        runner = subprocess.run([parallax, "runner", "--server", base, "--registration-token", registration,
-                                 "--name", "demo-cpu", "--label", "platform=cpu", "--work-dir",
-                                 str(work / "runner"), "--once"], env=dict(os.environ, **env))
-        if runner.returncode != 0:
-            click.secho(f"the runner exited with {runner.returncode}", fg="red", err=True)
-            return 1
-        commit = requests.get(f"{base}/api/v1/commits/{sha}", timeout=30).json()
-    return _summarise(commit, sha, database_url)
+    try:
+        with exclusive(work):
+            check_port(port)
+            demo = Demo(work, model, repeats, default_story(quick), port=port, timeout_s=timeout_s)
+            return _run(demo, exit_when_done)
+    except DemoError as exc:
+        click.secho(f"parallax demo: {exc}", fg="red", err=True)
+        return 1
 
 
-def _summarise(commit: dict, sha: str, database_url: str) -> int:
-    jobs = commit.get("jobs", [])
-    runs = commit.get("runs", [])
+def _run(demo: Demo, exit_when_done: bool) -> int:
+    work = demo.work
+    started = time.monotonic()
+    for stale in ("parallax.db", "parallax.db-wal", "parallax.db-shm", "data", "engine-repo",
+                  *(f"runner-{p}" for p in PLATFORMS)):
+        target = work / stale
+        if target.is_dir():
+            shutil.rmtree(target)
+        elif target.exists():
+            target.unlink()
+    _step(f"a fresh database: {demo.database_url}")
+    upgrade(demo.database_url)
+    repo = EngineRepository.create(work / "engine-repo", ROOT)
+    write_config(work / "parallax.toml", repo.path, demo.model, demo.repeats)
+    db = Database(demo.database_url)
+
+    _step("starting the service (parallax serve) and three runners: cpu, cuda-sim (H100), rocm-sim (MI300X)")
+    with open(work / "serve.log", "w") as log:
+        try:
+            service = ServiceProcess(demo.env(), workers=2, port=demo.port, log=log).__enter__()
+        except RuntimeError as exc:
+            raise DemoError(f"{exc}; see {work / 'serve.log'}") from exc
+        try:
+            with db.session() as session:
+                registration = create_registration_token(session, "parallax demo")
+            demo.start_runners(service.base, registration)
+            _play(demo, service.base, db, repo)
+            _wait_until_settled(demo, db)
+            code = _summarise(demo, service.base, repo, time.monotonic() - started)
+            if not exit_when_done:
+                click.secho(f"\nServing the dashboard at {service.base}/ — press Ctrl-C to stop.", bold=True)
+                with contextlib.suppress(KeyboardInterrupt):
+                    while True:
+                        time.sleep(1)
+                        demo.watch_runners(lambda text: click.echo(text, err=True))
+            return code
+        finally:
+            for runner in demo.runners:
+                runner.stop()
+            service.stop()
+            db.engine.dispose()
+
+
+def _play(demo: Demo, base: str, db: Database, repo: EngineRepository) -> None:
+    pushes = demo.story.pushes
+    _step(f"replaying {sum(len(p) for p in pushes)} commits as {len(pushes)} signed push webhooks")
+    bars = _bars()
+    try:
+        for number, changes in enumerate(pushes, 1):
+            before, after, shas = repo.push(changes)
+            demo.push(base, before, after, shas)
+            events = [c for c in changes if c.role != "neutral"]
+            label = "; ".join(c.message.split(" (")[0] for c in events) or "quiet"
+            tqdm.write(f"push {number}/{len(pushes)}: {len(shas)} commit(s) up to {after[:10]} — {label}")
+            # Let the service turn the delivery into jobs before the next push moves the branch on.
+            deadline = time.monotonic() + 60
+            while time.monotonic() < deadline and not _queued_for(db, after):
+                time.sleep(0.3)
+            _update(demo, db, bars)
+    finally:
+        _close(bars)
+
+
+def _queued_for(db: Database, sha: str) -> bool:
+    with db.session() as session:
+        return bool(session.scalar(select(func.count()).select_from(Job).join(Commit, Commit.id == Job.commit_id)
+                                   .where(Commit.sha == sha)))
+
+
+def _bars() -> dict[str, tqdm]:
+    return {p: tqdm(total=0, desc=f"{p:>9}", unit="job", position=i, leave=True, dynamic_ncols=True,
+                    file=sys.stderr) for i, p in enumerate(PLATFORMS)}
+
+
+def _close(bars: dict[str, tqdm]) -> None:
+    for bar in bars.values():
+        bar.close()
+
+
+def _update(demo: Demo, db: Database, bars: dict[str, tqdm]) -> tuple[int, int, int]:
+    demo.watch_runners(tqdm.write)
+    per, running, dirty = demo.counts(db)
+    for platform, bar in bars.items():
+        done, total = per.get(platform, (0, 0))
+        bar.total = total
+        bar.n = done
+        bar.set_postfix_str(f"bisects running {running}" if platform == PLATFORMS[-1] else "", refresh=False)
+        bar.refresh()
+    pending = sum(total - done for done, total in per.values())
+    return pending, running, dirty
+
+
+def _wait_until_settled(demo: Demo, db: Database) -> None:
+    """Until every job has finished, no bisect runs and detection has seen every result, twice
+    in a row a few seconds apart (a finished bisect can still queue confirmation jobs)."""
+    _step("measuring; detection, bisect and confirmation run as results arrive")
+    bars = _bars()
+    deadline = time.monotonic() + demo.timeout_s
+    quiet = 0
+    try:
+        while True:
+            pending, running, dirty = _update(demo, db, bars)
+            quiet = quiet + 1 if pending == running == dirty == 0 else 0
+            if quiet >= 3:
+                return
+            if time.monotonic() > deadline:
+                raise DemoError(f"not settled after {demo.timeout_s:.0f} s ({pending} job(s) unfinished, "
+                                f"{running} bisect(s) running); see {demo.work}/*.log")
+            time.sleep(2)
+    finally:
+        _close(bars)
+
+
+def _summarise(demo: Demo, base: str, repo: EngineRepository, elapsed_s: float) -> int:
+    alerts = sorted(requests.get(f"{base}/api/v1/alerts", timeout=30).json()["alerts"], key=lambda a: a["id"])
     click.echo("")
-    click.secho(f"Parallax demo — demo/engine@{sha[:12]}", bold=True)
-    for job in jobs:
-        click.echo(f"  job {job['id']}: {job['suite']} on {job['platform']}: {job['state']}"
-                   + (f" ({job['failure_reason']})" if job.get("failure_reason") else ""))
-    for run in runs:
-        env = run["environment"]
-        click.echo(f"  run {run['id']} on {env.get('device')} (torch {env.get('torch')}), "
-                   f"model {run['context'].get('model')}:")
-        for metric in run["metrics"]:
-            samples = metric["samples"]
-            click.echo(f"    {metric['name']:<24} median {statistics.median(samples):>10.2f} {metric['unit']:<6} "
-                       f"({len(samples)} samples, {metric['direction'].replace('_', ' ')})")
-    click.echo(f"\nStored in {database_url}.")
-    click.echo("Browse it: `make serve` (or `parallax serve`), then open "
-               f"http://127.0.0.1:8000/commits/{sha} (JSON: /api/v1/commits/{sha})")
-    return 0 if runs and all(j["state"] == "succeeded" for j in jobs) else 1
+    click.secho(f"Parallax demo — {REPOSITORY}: {len(repo.commits)} commits in {len(demo.story.pushes)} pushes "
+                f"on {', '.join(PLATFORMS)}; settled in {elapsed_s / 60:.1f} min", bold=True)
+    performance = [a for a in alerts if a["kind"] == "performance" and a["is_regression"]]
+    correctness = [a for a in alerts if a["kind"] == "correctness"]
+    click.secho("Performance regressions", bold=True)
+    for alert in performance:
+        click.echo(_describe(alert, base, repo))
+    if not performance:
+        click.echo("  none")
+    flagged = {p for a in performance for c in a["changes"] for p in c["platforms"]}
+    click.echo(f"  quiet: {', '.join(p for p in PLATFORMS if p not in flagged) or 'no platform'}")
+    click.secho("Correctness (race detector, simulated platforms)", bold=True)
+    for alert in correctness:
+        click.echo(_describe(alert, base, repo))
+    if any(a["changes"][0]["platform"] == "rocm-sim" for a in correctness):
+        click.echo("  (rocm-sim: ROCm's default policy leaves the next batch's writes to req_to_token and seq_lens\n"
+                   "   unordered after the in-flight forward's reads; the WAR barrier closes that race and costs\n"
+                   "   the throughput above — the trade SGLang made when it made the barrier CUDA-only)")
+    problems = []
+    for change in demo.story.changes():
+        if change.role not in ("regression", "hazard"):
+            continue
+        sha = next(s for s, c in repo.commits.items() if c is change)
+        kind = "performance" if change.role == "regression" else "correctness"
+        blamed = [a for a in alerts if a["kind"] == kind and _culprit_of(a) == sha
+                  and set(change.platforms) <= {p for c in a["changes"] for p in c["platforms"]}]
+        if not blamed:
+            problems.append(f"expected, not found: {change.message} ({sha[:10]}) on {', '.join(change.platforms)}")
+        elif kind == "performance" and blamed[0]["changes"][0]["classification"] != "platform_specific":
+            problems.append(f"{sha[:10]} was found but classified {blamed[0]['changes'][0]['classification']}")
+    click.echo(f"\nDashboard: {base}/   alerts: {base}/alerts\nSeries:    {base}/series?repository={REPOSITORY}"
+               f"&suite={SUITE}&metric={METRIC}")
+    for problem in problems:
+        click.secho(f"  {problem}", fg="yellow")
+    return 0 if not problems else 2
+
+
+def _culprit_of(alert: dict[str, Any]) -> str | None:
+    """The commit an alert blames: its bisect's culprit, else its one suspect."""
+    for link in alert.get("bisects", []):
+        if link.get("culprit"):
+            return link["culprit"]
+    suspects = alert["changes"][0]["suspected_commits"] if alert["changes"] else []
+    return suspects[0] if len(suspects) == 1 else None
+
+
+def _describe(alert: dict[str, Any], base: str, repo: EngineRepository) -> str:
+    change = alert["changes"][0]
+    platforms = ", ".join(change["platforms"])
+    if alert["kind"] == "correctness":
+        what = f"{change['after']:.0f} hazards on {platforms}"
+    else:
+        what = f"{change['metric']} {change['relative_change'] * 100:+.1f}% on {platforms} ({change['classification']})"
+    lines = [f"  alert #{alert['id']} [{alert['state']}] {what}"]
+    suspects = change["suspected_commits"]
+    for link in alert.get("bisects", []):
+        bisect = requests.get(f"{base}{link['url']}", timeout=30).json()
+        confirmed = bisect.get("confirmation") or {}
+        lines.append(f"    range of {len(suspects)} commits bisected (#{bisect['id']}, {bisect['state']}): "
+                     f"{len(bisect.get('rounds', []))} round(s), {bisect.get('runner_jobs', 0)} runner job(s)"
+                     + (f"; confirmed {confirmed['scope']}" if confirmed.get("scope") else ""))
+    culprit = _culprit_of(alert)
+    if culprit:
+        story = repo.commits.get(culprit)
+        lines.append(f"    culprit {culprit[:10]}: {story.message if story else '?'}")
+    elif suspects:
+        lines.append(f"    {len(suspects)} suspect commits, no single culprit yet")
+    if alert["state"] == "fixed":
+        lines.append("    fixed: later commits are back where they were")
+    return "\n".join(lines)

@@ -729,34 +729,54 @@ def _accuracy_change(session: Session, series: Series, before: Any, after: Any, 
 
 
 def _hazard_alerts(session: Session, series: Series, report: ScanReport) -> None:
-    """Any hazard is a correctness failure: alert where the count turns positive, fix it where
-    it returns to zero."""
-    existing = _series_changes(session, series.key)
-    previous = None
-    for index, point in enumerate(series.points):
-        if not point.samples:
-            continue
-        count = max(point.samples)
-        before = None if previous is None else max(series.points[previous].samples)
-        if count > 0 and (before is None or before == 0):
-            if _existing_near(existing, series, index, 1.0, 0) is None:
-                existing.append(_new_change(
-                    session, series, kind="correctness", good_index=previous, bad_index=index,
-                    relative_change=float(count), before=before, after=float(count), p_value=None, ci=None,
-                    classification=_pointwise_classification(session, series, None, point, "hazard"),
-                    details={"hazards": count}, report=report))
-        elif count == 0 and before is not None and before > 0:
+    """Any hazard is a correctness failure: one alert per run of commits with hazards, at the run's
+    first measured commit; fixed where the count returns to zero. Results arrive in any order, so
+    a run found earlier from part of its commits is the same alert: when an earlier commit of
+    the run is measured later, the alert moves back to it instead of another one opening."""
+    existing = [c for c in _series_changes(session, series.key) if c.alert.kind == "correctness"]
+    measured = [i for i, point in enumerate(series.points) if point.samples]
+    runs: list[list[int]] = []
+    for index in measured:
+        if max(series.points[index].samples) > 0:
+            if runs and runs[-1][-1] == measured[measured.index(index) - 1]:
+                runs[-1].append(index)
+            else:
+                runs.append([index])
+    for run in runs:
+        start, end = run[0], run[-1]
+        first, last = series.points[start].position, series.points[end].position
+        order = measured.index(start)
+        good = measured[order - 1] if order > 0 else None
+        count = max(series.points[start].samples)
+        seen = next((c for c in existing if first <= (c.details.get("bad_position") or -1) <= last), None)
+        if seen is None:
+            existing.append(_new_change(
+                session, series, kind="correctness", good_index=good, bad_index=start,
+                relative_change=float(count), before=0.0 if good is not None else None, after=float(count),
+                p_value=None, ci=None,
+                classification=_pointwise_classification(session, series, None, series.points[start], "hazard"),
+                details={"hazards": count}, report=report))
+        elif seen.details.get("bad_position") != first:
+            seen.details = {**seen.details, "bad_position": first, "hazards": count,
+                            "good_position": series.points[good].position if good is not None else None}
+            seen.suspected_commits = _suspects(series, good, start, session)
+            if len(seen.alert.changes) == 1:
+                seen.alert.good_commit_id = series.points[good].commit_id if good is not None else None
+                seen.alert.bad_commit_id = series.points[start].commit_id
+            report.updated += 1
+        next_order = measured.index(end) + 1
+        if next_order < len(measured):
+            clean = series.points[measured[next_order]]
             for change in existing:
                 alert = change.alert
-                if (change.is_regression and alert.kind == "correctness" and alert.state in OPEN_STATES
-                        and (change.details.get("bad_position") or 0) <= point.position
+                if (change.is_regression and alert.state in OPEN_STATES
+                        and first <= (change.details.get("bad_position") or -1) <= last
                         and not change.details.get("restored_by")):
-                    change.details = {**change.details, "restored_by": f"hazards 0 at {point.sha}"}
+                    change.details = {**change.details, "restored_by": f"hazards 0 at {clean.sha}"}
                     if all(c.details.get("restored_by") for c in alert.changes if c.is_regression):
                         alert.state = AlertState.fixed
                         alert.updated_at = utcnow()
                         report.fixed.append(alert.id)
-        previous = index
 
 
 def _pointwise_classification(session: Session, series: Series, before: Any, after: Any, what: str) -> str:

@@ -11,10 +11,14 @@ from app.core.models import ItemResult, Job, Measurement, Run
 from runners.results import ResultsDocument
 
 # Context keys that vary per run without changing what is measured; they stay out of the
-# series fingerprint so that one configuration forms one series across commits.
+# series fingerprint so that one configuration forms one series across commits. Besides run
+# bookkeeping, that is what the code under test decided or observed: the sync policy a commit's
+# engine chose (a commit that changes it is exactly the change to detect, not a new series) and
+# the simulator's per-run observations (stream busy shares, hazard kinds).
 VOLATILE_CONTEXT_KEYS = frozenset({
     "commit", "head", "checked_out", "started_at", "finished_at", "duration_s", "wall_s",
     "hostname", "job_id", "run_id", "attempt", "pid",
+    "sync_policy", "sim_stream_busy", "sim_hazard_kinds",
 })
 
 

@@ -18,8 +18,11 @@ from scheduler_core.model.llama import LlamaModel
 from scheduler_core.model.tokenizer import TextTokenizer
 
 TINY_RANDOM = "tiny-random"
+# The simulator's reference model: the tiny random model with 8 layers, so a decode step's forward
+# is long next to the scheduler's few kernels, as in a real model (sim/measure.py calibrates on it).
+TINY_RANDOM_8L = "tiny-random-8l"
 SMOLLM2 = "smollm2-135m"
-KNOWN_NAMES = (SMOLLM2, TINY_RANDOM)
+KNOWN_NAMES = (SMOLLM2, TINY_RANDOM, TINY_RANDOM_8L)
 
 
 class ModelLoadError(ValueError):
@@ -52,6 +55,8 @@ def load_model(name: str, device: str | torch.device = "cpu", dtype: torch.dtype
     """Resolve a model name or path: `smollm2-135m`, `tiny-random`, a .gguf file, or an HF directory."""
     if name == TINY_RANDOM:
         loaded = _tiny_random(seed)
+    elif name == TINY_RANDOM_8L:
+        loaded = _tiny_random(seed, num_layers=8)
     elif name == SMOLLM2:
         loaded = load_gguf(smollm2_gguf_path())
     elif Path(name).is_file() and name.endswith(".gguf"):

@@ -9,7 +9,8 @@ its stream is free and the host has issued it. Copies, event records, cross-stre
 synchronisation have their own profiled costs; each outermost ``device.stream`` block is one host
 step and advances the host clock by the profile's fixed host cost, so the same inputs give the same
 timeline, bit for bit. Run-to-run noise (the profile's CV) scales device durations by a factor drawn
-per measured run from a seed (``PARALLAX_SIM_SEED`` and the job's ``PARALLAX_ATTEMPT``);
+per measured run from a seed (``PARALLAX_SIM_SEED``, the job's ``PARALLAX_JOB_ID`` and
+``PARALLAX_ATTEMPT``, so every job and every retry draws its own run-to-run noise);
 ``PARALLAX_SIM_NOISE=0`` turns it off.
 
 Every op's reads and writes (from the op schema's alias and mutation information, by storage) go
@@ -40,6 +41,7 @@ NOISE_ENV = "PARALLAX_SIM_NOISE"
 HOST_TIME_ENV = "PARALLAX_SIM_HOST_TIME"  # "fixed" (default) or "measured"
 SEED_ENV = "PARALLAX_SIM_SEED"
 ATTEMPT_ENV = "PARALLAX_ATTEMPT"
+JOB_ENV = "PARALLAX_JOB_ID"
 STACK_DEPTH = 8
 # Ops that only read a value into Python (``int(t)``) or only describe a tensor: no device work.
 _IGNORED = {torch.ops.aten._local_scalar_dense.default, torch.ops.aten.lift_fresh.default,
@@ -140,7 +142,8 @@ class SimDevice(Device):
         self.streams: list[SimStream] = []
         self.noise = os.environ.get(NOISE_ENV, "1") != "0" if noise is None else noise
         base_seed = int(os.environ.get(SEED_ENV, "0")) if seed is None else seed
-        self._rng = random.Random(base_seed * 1_000_003 + int(os.environ.get(ATTEMPT_ENV, "0") or 0))
+        job, attempt = (int(os.environ.get(name, "0") or 0) for name in (JOB_ENV, ATTEMPT_ENV))
+        self._rng = random.Random((base_seed * 1_000_003 + job) * 1_009 + attempt)
         self.speed = 1.0
         self.runs = 0
         # "fixed": each host step costs the profile's host_step_us (deterministic). "measured": the

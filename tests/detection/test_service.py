@@ -281,6 +281,26 @@ def test_equal_accuracy_with_different_items_raises_nothing(build, db):
     assert changes(db) == []
 
 
+def test_hazards_arriving_out_of_order_make_one_alert_at_the_runs_first_commit(build, db):
+    """Runners finish in any order: a run of commits with hazards seen first from its later
+    commits is still one alert, moved back to the run's first commit when that one lands."""
+    shas = build.branch(6)
+    for i in (0, 3, 4):
+        build.result(shas[i], "rocm-sim", [0.0 if i == 0 else 5.0], metric="hazards", direction="lower_is_better")
+    scan_dirty(db)
+    build.result(shas[2], "rocm-sim", [5.0], metric="hazards", direction="lower_is_better")
+    build.result(shas[1], "rocm-sim", [0.0], metric="hazards", direction="lower_is_better")
+    scan_dirty(db)
+    (change,) = changes(db)
+    assert change.suspected_commits == [shas[2]]
+    with db.session() as session:
+        assert session.get(Commit, session.get(Alert, change.alert_id).bad_commit_id).sha == shas[2]
+    build.result(shas[5], "rocm-sim", [0.0], metric="hazards", direction="lower_is_better")
+    scan_dirty(db)
+    (change,) = changes(db)
+    assert change.alert.state == AlertState.fixed
+
+
 def test_a_hazard_count_above_zero_is_a_correctness_alert_until_it_returns_to_zero(build, db):
     shas = build.branch(6)
     for i, value in enumerate(shas[:4]):
