@@ -357,11 +357,13 @@ def _finish(bisect: Bisect, state: BisectState, reason: str) -> str:
 
 
 def start_for_alerts(session: Session) -> list[int]:
-    """Automatic bisects: each open regression whose range holds more than one commit not
-    measured on its platform gets one bisect (its largest change), seeking the alert's own
-    magnitude."""
+    """Automatic bisects: each open or fixed regression whose range holds more than one commit
+    not measured on its platform gets one bisect (its largest change), seeking the alert's own
+    magnitude. A regression already fixed by a later commit is bisected too: which commit
+    caused it is still the maintainer's question (results can arrive after the fix did)."""
     started = []
-    alerts = session.scalars(select(Alert).where(Alert.state.in_(OPEN_ALERTS), Alert.is_regression.is_(True),
+    wanted = (*OPEN_ALERTS, AlertState.fixed)
+    alerts = session.scalars(select(Alert).where(Alert.state.in_(wanted), Alert.is_regression.is_(True),
                                                  Alert.kind == "performance", Alert.good_commit_id.is_not(None))
                              .where(~select(Bisect.id).where(Bisect.alert_id == Alert.id).exists()))
     for alert in list(alerts):

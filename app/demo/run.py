@@ -55,7 +55,10 @@ class DemoError(RuntimeError):
 
 def suite_command(model: str) -> list[str]:
     return ["python", "-m", "scheduler_core.jobs.decode_throughput", "--model", model, "--mode", "one-batch",
-            "--batch-size", "8", "--input-len", "32", "--output-len", "16"]
+            "--batch-size", "8", "--input-len", "32", "--output-len", "16",
+            # One thread per job: three runners share this machine's cores, and oversubscribed
+            # threads would make the CPU series noisier than the change it has to rule out.
+            "--threads", "1"]
 
 
 def write_config(path: Path, repository: Path, model: str, repeats: int) -> None:
@@ -284,19 +287,23 @@ def _play(demo: Demo, base: str, db: Database, repo: EngineRepository) -> None:
             events = [c for c in changes if c.role != "neutral"]
             label = "; ".join(c.message.split(" (")[0] for c in events) or "quiet"
             tqdm.write(f"push {number}/{len(pushes)}: {len(shas)} commit(s) up to {after[:10]} — {label}")
-            # Let the service turn the delivery into jobs before the next push moves the branch on.
-            deadline = time.monotonic() + 60
-            while time.monotonic() < deadline and not _queued_for(db, after):
-                time.sleep(0.3)
+            # Pushes arrive as a day's work would: the next one once this one is measured, so
+            # detection and bisect work on the history as it grows.
+            deadline = time.monotonic() + 180
+            while time.monotonic() < deadline and not _measured(db, after):
+                _update(demo, db, bars)
+                time.sleep(0.5)
             _update(demo, db, bars)
     finally:
         _close(bars)
 
 
-def _queued_for(db: Database, sha: str) -> bool:
+def _measured(db: Database, sha: str) -> bool:
+    """The push's jobs are queued and none of them is still waiting or running."""
     with db.session() as session:
-        return bool(session.scalar(select(func.count()).select_from(Job).join(Commit, Commit.id == Job.commit_id)
-                                   .where(Commit.sha == sha)))
+        states = list(session.scalars(select(Job.state).join(Commit, Commit.id == Job.commit_id)
+                                      .where(Commit.sha == sha)))
+    return bool(states) and all(state not in (JobState.queued, JobState.running) for state in states)
 
 
 def _bars() -> dict[str, tqdm]:

@@ -8,8 +8,10 @@ runner measures what that commit's code does:
   stream) turned on for every platform, as right after SGLang #26380, then made CUDA-only again;
 - the decode result's device-to-host copy moved onto a dedicated copy stream on every platform,
   as right after SGLang #29075, then ROCm kept on the forward stream;
-- a synchronisation the code needs (`copy.wait_stream(fwd)`) dropped, which only the race
-  detector sees (the `hazards` metric on the simulated platforms), restored a few commits later.
+- a synchronisation the code needs (`prepare_d2h.wait_event(ready)`: the forward-prepare D2H
+  stream must wait until the forward wrote the sequence lengths it copies) dropped, which costs
+  nothing and only the race detector sees (the `hazards` metric on `cuda-sim`, whose policy uses
+  that stream), restored a few commits later.
 
 Pushes group the commits the way a maintainer would push them, so that a regression can land
 inside a multi-commit push whose head alone is measured: the bisect then finds the culprit.
@@ -28,8 +30,8 @@ OVERLAP_FILE = "scheduler_core/overlap.py"
 ROCM_DEFAULT = '"rocm": SyncPolicy(war_barrier=False, copy_stream=False, fwd_prepare_d2h=False),'
 ROCM_WAR_BARRIER = '"rocm": SyncPolicy(war_barrier=True, copy_stream=False, fwd_prepare_d2h=True),'
 ROCM_COPY_STREAM = '"rocm": SyncPolicy(war_barrier=False, copy_stream=True, fwd_prepare_d2h=False),'
-COPY_WAIT = "                self.copy.wait_stream(fwd)\n"
-COPY_WAIT_DROPPED = "                # (copy.wait_stream(fwd) removed: the copy stream no longer waits)\n"
+PREPARE_WAIT = "            self.prepare_d2h.wait_event(ready)\n"
+PREPARE_WAIT_DROPPED = "            pass  # (prepare_d2h.wait_event(ready) removed: the copy no longer waits)\n"
 
 
 class StoryError(RuntimeError):
@@ -102,23 +104,26 @@ def default_story(quick: bool = False) -> Story:
                      "(as in SGLang #29075)", _policy(ROCM_DEFAULT, ROCM_COPY_STREAM), "regression", ("rocm-sim",))
     copy_fix = Change("overlap: ROCm copies decode results on the forward stream again",
                       _policy(ROCM_COPY_STREAM, ROCM_DEFAULT), "fix", ("rocm-sim",))
-    drop_wait = Change("overlap: skip the copy stream's wait for the forward stream (looked redundant)",
-                       _overlap(COPY_WAIT, COPY_WAIT_DROPPED), "hazard", ("cuda-sim",))
-    restore_wait = Change("overlap: the copy stream waits for the forward stream again (it reads its output)",
-                          _overlap(COPY_WAIT_DROPPED, COPY_WAIT), "hazard-fix", ("cuda-sim",))
+    drop_wait = Change("overlap: the forward-prepare D2H copy no longer waits for the forward (looked redundant)",
+                       _overlap(PREPARE_WAIT, PREPARE_WAIT_DROPPED), "hazard", ("cuda-sim",))
+    restore_wait = Change("overlap: the forward-prepare D2H copy waits for the forward again (it copies its output)",
+                          _overlap(PREPARE_WAIT_DROPPED, PREPARE_WAIT), "hazard-fix", ("cuda-sim",))
 
     level = LEVEL_PUSHES - 1
     pushes: list[list[Change]] = [[Change("engine under test", lambda root: None)]]
     pushes += quiet(LEVEL_PUSHES, "baseline measurements")
     # The regression lands in the middle of a three-commit push: only its head is measured.
     pushes.append([note("tidy the scheduler docs"), war_on, note("rename a helper")])
-    pushes += quiet(1, "after the barrier")
-    pushes.append([drop_wait])  # the hazard: only the race detector sees it (cuda-sim uses the copy stream)
-    pushes += quiet(level - 2, "after the barrier")
-    pushes.append([restore_wait, note("comment the copy path")])
+    pushes += quiet(level, "after the barrier")
     pushes.append([war_fix])
+    pushes += quiet(1, "after the fix")
+    # The hazard: free on the timeline, seen only by the race detector on cuda-sim (the only policy
+    # with the forward-prepare D2H stream once the barrier is CUDA-only again).
+    pushes.append([drop_wait])
+    pushes += quiet(1, "with the dropped wait")
+    pushes.append([note("comment the prepare path"), restore_wait])
     if not quick:
-        pushes += quiet(level, "between the stories")
+        pushes += quiet(level - 2, "between the stories")
         pushes.append([note("comment the copy stream"), copy_on, note("typo")])
         pushes += quiet(level, "after the copy stream")
         pushes.append([copy_fix])

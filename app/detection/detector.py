@@ -576,10 +576,15 @@ def classify_change(platform: str, change: ChangePoint, own: PlatformSeries,
                          "own_change_point": None if own_point is None else own_point.bad_position,
                          "log_ratio_change_point": None if ratio_point is None else ratio_point.bad_position,
                          "before_points": len(left), "after_points": len(right)}
-    if missing or ambiguous or not others:
+    # Specific as soon as one measured platform did not change with evidence: the change is then
+    # not common, whatever a noisy platform could not tell (listed as ambiguous). A platform not
+    # measured at the range keeps it inconclusive: confirmation jobs measure it.
+    if missing or not others:
         kind = "inconclusive"
-    elif not unchanged:
-        kind = "common"
-    else:
+    elif unchanged:
         kind = "platform_specific"
+    elif ambiguous:
+        kind = "inconclusive"
+    else:
+        kind = "common"
     return Classification(kind, changed, unchanged, missing, ambiguous, details)
