@@ -11,7 +11,7 @@ import random
 import time
 from datetime import timedelta
 
-from sqlalchemy import func, select, update
+from sqlalchemy import event, func, select, update
 from sqlalchemy.orm import Session
 
 from app.core import signals
@@ -31,6 +31,7 @@ from app.core.models import (
     Runner,
     Suite,
 )
+from app.jobs import wakeups
 from app.jobs.measurements import document_hash, store_run
 from runners.results import ResultsError, loads
 
@@ -64,8 +65,28 @@ def enqueue(session: Session, repository: Repository, commit: Commit, suite: Sui
               pull_request_id=pull_request_id, bisect_id=bisect_id)
     session.add(job)
     session.flush()
+    announce(session, platform)
     signals.job_queued.send(session, job=job)
     return job, True
+
+
+def announce(session: Session, platform: str) -> None:
+    """Tell waiting claimers that a job for `platform` is claimable once this transaction
+    commits: PostgreSQL `NOTIFY` (every process of every instance), SQLite a wake-up of this
+    process's waiters after the commit (other processes find it on their fallback poll)."""
+    if is_sqlite(session):
+        platforms: set[str] = session.info.setdefault("parallax.announce", set())
+        if not platforms:
+            event.listen(session, "after_commit", _wake_local_waiters, once=True)
+        platforms.add(platform)
+    else:
+        session.execute(select(func.pg_notify(wakeups.CHANNEL, platform)))
+
+
+def _wake_local_waiters(session: Session) -> None:
+    found = wakeups.for_engine(session.get_bind())
+    for platform in session.info.pop("parallax.announce", set()):
+        found.board.wake(platform, found.fanout)
 
 
 def enqueue_matrix(session: Session, repository: Repository, sha: str, *, suite_name: str | None = None,
@@ -100,16 +121,18 @@ def reap_expired(session: Session) -> int:
     limit. Safe to run from many processes at once: each UPDATE re-checks the row's state."""
     moment = utcnow()
     expired = list(session.execute(
-        select(Job.id, Job.attempt, Job.runner_id).where(Job.state == JobState.running,
-                                                          Job.lease_expires_at < moment)))
+        select(Job.id, Job.attempt, Job.runner_id, Job.platform).where(Job.state == JobState.running,
+                                                                       Job.lease_expires_at < moment)))
     count = 0
-    for job_id, attempt, runner_id in expired:
+    for job_id, attempt, runner_id, platform in expired:
         retry = update(Job).where(Job.id == job_id, Job.state == JobState.running, Job.attempt == attempt,
                                   Job.lease_expires_at < moment)
         result = session.execute(
             retry.where(Job.attempt < Job.max_attempts)
             .values(state=JobState.queued, attempt=Job.attempt + 1, runner_id=None, lease_expires_at=None))
-        if result.rowcount == 0:
+        if result.rowcount:
+            announce(session, platform)
+        else:
             result = session.execute(
                 retry.values(state=JobState.failed, runner_id=None, lease_expires_at=None, finished_at=moment,
                              failure_reason=f"lease expired on attempt {attempt}, the last allowed"))
@@ -156,16 +179,38 @@ def try_claim(db: Database, runner_id: int, lease_s: int) -> Job | None:
     return None
 
 
-def claim(db: Database, runner_id: int, *, lease_s: int, wait_s: float = 0.0) -> Job | None:
-    """Claim with long-poll: retry until a job appears or `wait_s` has passed."""
+def claim(db: Database, runner_id: int, *, lease_s: int, wait_s: float = 0.0, platform: str | None = None,
+          poll_s: float | None = None, concurrency: int = 4) -> Job | None:
+    """Claim with long-poll: look at the queue, then sleep until woken (`app.jobs.wakeups`: a
+    job for this platform was queued) or until the fallback poll, until `wait_s` has passed.
+
+    A waiting claim holds no database connection. At most `concurrency` claim attempts of this
+    process run at once; a claimer that got a job wakes the next waiter, since more may be
+    queued. `poll_s` defaults to 5 s on PostgreSQL (NOTIFY does the waking) and 1 s on SQLite
+    (other processes' enqueues are found only by polling)."""
+    found = wakeups.for_engine(db.engine, concurrency)
+    if platform is None:
+        with db.session() as session:
+            runner = session.get(Runner, runner_id)
+            if runner is None:
+                raise NotFound(f"runner {runner_id} does not exist")
+            platform = runner.platform
+    if poll_s is None:
+        poll_s = 1.0 if is_sqlite(db.engine) else 5.0
     deadline = time.monotonic() + max(0.0, wait_s)
-    delay = 0.1
-    while True:
-        job = try_claim(db, runner_id, lease_s)
-        if job is not None or time.monotonic() >= deadline:
-            return job
-        time.sleep(min(delay, max(0.0, deadline - time.monotonic())))
-        delay = min(1.0, delay * 1.6) * random.uniform(0.8, 1.2)
+    if wait_s > 0:
+        found.ensure_listening()
+    with found.board.waiting(platform) as ticket:
+        while True:
+            with found.attempts:
+                job = try_claim(db, runner_id, lease_s)
+            if job is not None:
+                found.board.wake(platform, 1)
+                return job
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                return None
+            ticket.wait(min(remaining, poll_s * random.uniform(0.8, 1.2)))
 
 
 # ---------------------------------------------------------------- holder operations
@@ -275,6 +320,7 @@ def fail(session: Session, runner: Runner, job_id: int, reason: str, retryable: 
     if outcome in ("retry", "handed_back"):
         job.state = JobState.queued
         job.attempt += 1
+        announce(session, job.platform)
     else:
         job.state = JobState.failed
         job.finished_at = moment

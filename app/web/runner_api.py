@@ -4,15 +4,17 @@ from __future__ import annotations
 
 from typing import Any
 
-from flask import Blueprint, Response, jsonify, request
+from flask import Blueprint, Response, current_app, jsonify, request
 
 from app.auth.tokens import create_registration_token, hash_token, new_token
 from app.core.clock import as_utc
 from app.core.errors import APIError, Invalid
 from app.core.models import Job, Repository, Runner, Suite
 from app.jobs import queue
+from app.web import metrics
 from app.web.auth import require_registration_token, require_runner
 from app.web.bodies import json_body, read_body, settings
+from app.web.capacity import Capacity
 from app.web.session import get_db, request_session
 
 bp = Blueprint("runner_api", __name__, url_prefix="/api/v1")
@@ -76,7 +78,14 @@ def claim_job():  # type: ignore[no-untyped-def]
         raise Invalid("wait_s: must not be negative", extra={"field": "wait_s"})
     wait_s = min(wait_s, settings().claim_max_wait_s)
     session.close()  # do not hold a connection through the long-poll
-    job = queue.claim(get_db(), runner.id, lease_s=settings().lease_s, wait_s=wait_s)
+    capacity: Capacity = current_app.extensions["parallax.capacity"]
+    waiting = metrics.WAITING.labels(runner.platform)
+    waiting.inc()
+    try:
+        job = queue.claim(get_db(), runner.id, lease_s=settings().lease_s, wait_s=wait_s, platform=runner.platform,
+                          poll_s=capacity.claim_poll_s, concurrency=capacity.claim_concurrency)
+    finally:
+        waiting.dec()
     if job is None:
         return Response(status=204)
     session = request_session()
