@@ -34,7 +34,9 @@ CHANNEL = "parallax_jobs"
 class Ticket:
     """One waiting claim: its event is set when it should look at the queue again."""
     platform: str
-    event: threading.Event = field(default_factory=threading.Event)
+    # Looked up at each call, not bound at import: a gevent worker patches `threading` after
+    # this module was imported, and an unpatched Event.wait would block every greenlet.
+    event: threading.Event = field(default_factory=lambda: threading.Event())
 
     def wait(self, timeout_s: float) -> bool:
         woken = self.event.wait(max(0.0, timeout_s))

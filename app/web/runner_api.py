@@ -10,7 +10,7 @@ from app.auth.tokens import create_registration_token, hash_token, new_token
 from app.core.clock import as_utc
 from app.core.errors import APIError, Invalid
 from app.core.models import Job, Repository, Runner, Suite
-from app.jobs import queue
+from app.jobs import queue, wakeups
 from app.web import metrics
 from app.web.auth import require_registration_token, require_runner
 from app.web.bodies import json_body, read_body, settings
@@ -67,8 +67,15 @@ def register_runner():  # type: ignore[no-untyped-def]
 
 @bp.post("/jobs/claim")
 def claim_job():  # type: ignore[no-untyped-def]
-    session = request_session()
-    runner = require_runner(session)
+    capacity: Capacity = current_app.extensions["parallax.capacity"]
+    # Many long-polls are admitted at once; their database work (the token check, each look at
+    # the queue, the job payload) takes turns through one bounded gate per process.
+    gate = wakeups.for_engine(get_db().engine, capacity.claim_concurrency).attempts
+    with gate:
+        session = request_session()
+        runner = require_runner(session)
+        runner_id, platform = runner.id, runner.platform
+        session.close()  # do not hold a connection through the long-poll
     body = json_body(required=False)
     try:
         wait_s = float(body.get("wait_s", 0))
@@ -77,21 +84,22 @@ def claim_job():  # type: ignore[no-untyped-def]
     if wait_s < 0:
         raise Invalid("wait_s: must not be negative", extra={"field": "wait_s"})
     wait_s = min(wait_s, settings().claim_max_wait_s)
-    session.close()  # do not hold a connection through the long-poll
-    capacity: Capacity = current_app.extensions["parallax.capacity"]
-    waiting = metrics.WAITING.labels(runner.platform)
+    waiting = metrics.WAITING.labels(platform)
     waiting.inc()
     try:
-        job = queue.claim(get_db(), runner.id, lease_s=settings().lease_s, wait_s=wait_s, platform=runner.platform,
+        job = queue.claim(get_db(), runner_id, lease_s=settings().lease_s, wait_s=wait_s, platform=platform,
                           poll_s=capacity.claim_poll_s, concurrency=capacity.claim_concurrency)
     finally:
         waiting.dec()
     if job is None:
         return Response(status=204)
-    session = request_session()
-    job = session.get(Job, job.id)
-    assert job is not None
-    return jsonify({"job": job_payload(job, job.repository, job.suite)}), 200
+    with gate:
+        session = request_session()
+        job = session.get(Job, job.id)
+        assert job is not None
+        payload = job_payload(job, job.repository, job.suite)
+        session.close()
+    return jsonify({"job": payload}), 200
 
 
 @bp.post("/jobs/<int:job_id>/heartbeat")
