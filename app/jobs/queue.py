@@ -155,9 +155,6 @@ def try_claim(db: Database, runner_id: int, lease_s: int) -> Job | None:
     SQLite: the whole read-then-write runs in a `BEGIN IMMEDIATE` transaction (app.db), so
     claimers take turns."""
     with db.session() as session:
-        # Besides the reaper duty: a claim must see a lease that expired a moment ago, not wait
-        # for the duty's next tick (one indexed query that usually finds nothing).
-        reap_expired(session)
         runner = session.get(Runner, runner_id)
         assert runner is not None
         query = (select(Job, Suite.labels).join(Suite, Suite.id == Job.suite_id)
@@ -165,7 +162,13 @@ def try_claim(db: Database, runner_id: int, lease_s: int) -> Job | None:
                  .order_by(Job.priority.desc(), Job.id.asc()).limit(25))
         if not is_sqlite(session):
             query = query.with_for_update(skip_locked=True, of=Job)
-        for job, required in session.execute(query):
+        candidates = list(session.execute(query))
+        # Besides the reaper duty: a claimer that finds nothing must see a lease that expired a
+        # moment ago, not wait for the duty's next tick (one indexed query that usually finds
+        # nothing; skipped while there is queued work, which the duty requeues behind).
+        if not candidates and reap_expired(session):
+            candidates = list(session.execute(query))
+        for job, required in candidates:
             if not _labels_match(required or {}, runner.labels or {}):
                 continue
             moment = utcnow()
@@ -180,14 +183,18 @@ def try_claim(db: Database, runner_id: int, lease_s: int) -> Job | None:
 
 
 def claim(db: Database, runner_id: int, *, lease_s: int, wait_s: float = 0.0, platform: str | None = None,
-          poll_s: float | None = None, concurrency: int = 4) -> Job | None:
+          poll_s: float | None = None, concurrency: int = 2, notify: bool = True) -> Job | None:
     """Claim with long-poll: look at the queue, then sleep until woken (`app.jobs.wakeups`: a
     job for this platform was queued) or until the fallback poll, until `wait_s` has passed.
 
     A waiting claim holds no database connection. At most `concurrency` claim attempts of this
     process run at once; a claimer that got a job wakes the next waiter, since more may be
-    queued. `poll_s` defaults to 5 s on PostgreSQL (NOTIFY does the waking) and 1 s on SQLite
-    (other processes' enqueues are found only by polling)."""
+    queued. While this process LISTENs (PostgreSQL), a waiter sleeps until woken or until its
+    wait is over: polling 500 waiters every few seconds would cost more than the claims. It
+    polls every `poll_s` when nobody listens: SQLite, where other processes' enqueues are found
+    only that way (default 1 s), or a PostgreSQL listener that is reconnecting (default 5 s).
+    Jobs must be queued through `enqueue` (or requeued by this module) to wake waiters. With
+    `notify` off the process does not LISTEN and waiters always poll."""
     found = wakeups.for_engine(db.engine, concurrency)
     if platform is None:
         with db.session() as session:
@@ -198,7 +205,7 @@ def claim(db: Database, runner_id: int, *, lease_s: int, wait_s: float = 0.0, pl
     if poll_s is None:
         poll_s = 1.0 if is_sqlite(db.engine) else 5.0
     deadline = time.monotonic() + max(0.0, wait_s)
-    if wait_s > 0:
+    if wait_s > 0 and notify:
         found.ensure_listening()
     with found.board.waiting(platform) as ticket:
         while True:
@@ -210,7 +217,7 @@ def claim(db: Database, runner_id: int, *, lease_s: int, wait_s: float = 0.0, pl
             remaining = deadline - time.monotonic()
             if remaining <= 0:
                 return None
-            ticket.wait(min(remaining, poll_s * random.uniform(0.8, 1.2)))
+            ticket.wait(remaining if notify and found.listening() else min(remaining, poll_s * random.uniform(0.8, 1.2)))
 
 
 # ---------------------------------------------------------------- holder operations

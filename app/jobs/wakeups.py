@@ -101,6 +101,7 @@ class Listener:
         self.lock = threading.Lock()
         self.thread: threading.Thread | None = None
         self.last_busy = time.monotonic()
+        self.connected = threading.Event()
 
     def ensure_running(self) -> None:
         with self.lock:
@@ -137,6 +138,7 @@ class Listener:
         try:
             connection.autocommit = True
             connection.execute(f"LISTEN {CHANNEL}")
+            self.connected.set()
             # Whatever was queued while nobody listened is found by a look right away.
             self.board.wake_all_platforms(self.fanout)
             while True:
@@ -145,6 +147,7 @@ class Listener:
                 if self._idle():
                     return True
         finally:
+            self.connected.clear()
             pooled.close()
 
 
@@ -161,20 +164,26 @@ class Wakeups:
         if self.listener is not None:
             self.listener.ensure_running()
 
+    def listening(self) -> bool:
+        """Whether NOTIFY wakes this process's waiters right now (else they must poll)."""
+        return self.listener is not None and self.listener.connected.is_set()
+
 
 _registry: "weakref.WeakKeyDictionary[Engine, Wakeups]" = weakref.WeakKeyDictionary()
 _registry_lock = threading.Lock()
 
 
-def for_engine(engine: Engine, concurrency: int = 4) -> Wakeups:
+def for_engine(engine: Engine, concurrency: int = 2) -> Wakeups:
     """This process's wake-ups for `engine`, made on first use. `concurrency` bounds the claim
-    attempts that run at once; it is also how many waiters one notification wakes."""
+    attempts that run at once; a notification wakes four times as many waiters (they queue on
+    the bound without touching the database, and a transaction often queues several jobs)."""
     with _registry_lock:
         found = _registry.get(engine)
         if found is None:
             board = Board()
-            listener = Listener(engine, board, fanout=concurrency) if engine.dialect.name == "postgresql" else None
-            found = Wakeups(board, threading.BoundedSemaphore(concurrency), concurrency, listener)
+            fanout = 4 * concurrency
+            listener = Listener(engine, board, fanout=fanout) if engine.dialect.name == "postgresql" else None
+            found = Wakeups(board, threading.BoundedSemaphore(concurrency), fanout, listener)
             _registry[engine] = found
         return found
 

@@ -33,12 +33,13 @@ class Capacity:
     """Per worker process. Env: PARALLAX_<FIELD> upper-cased, except the class limits, which
     are PARALLAX_<CLASS>_CONCURRENCY (and PARALLAX_LONGPOLL_LIMIT)."""
     webhooks: int = 4
-    runner: int = 8
+    runner: int = 4
     dashboard: int = 4
     longpoll: int = 1000
-    claim_concurrency: int = 4
+    claim_concurrency: int = 2
     capacity_wait_s: float = 5.0
     claim_poll_s: float | None = None  # None: 5 s on PostgreSQL (NOTIFY wakes), 1 s on SQLite
+    claim_notify: bool = True  # off: waiters poll (e.g. behind a pooler that cannot LISTEN)
 
 
 ENV_NAMES = {
@@ -49,18 +50,25 @@ ENV_NAMES = {
     "claim_concurrency": "PARALLAX_CLAIM_CONCURRENCY",
     "capacity_wait_s": "PARALLAX_CAPACITY_WAIT_S",
     "claim_poll_s": "PARALLAX_CLAIM_POLL_S",
+    "claim_notify": "PARALLAX_CLAIM_NOTIFY",
 }
+SWITCH = {"1": True, "true": True, "on": True, "0": False, "false": False, "off": False}
 
 
 def load_capacity(env: Mapping[str, str] | None = None) -> Capacity:
     """Read the limits from the environment; a value that is not a positive number is refused
     with the variable named."""
     env = os.environ if env is None else env
-    values: dict[str, int | float] = {}
+    values: dict[str, int | float | bool] = {}
     for item in fields(Capacity):
         name = ENV_NAMES[item.name]
         raw = env.get(name)
         if raw is None or raw == "":
+            continue
+        if item.name == "claim_notify":
+            if raw.lower() not in SWITCH:
+                raise ConfigError(f"{name} must be 1 or 0 (true/false, on/off), got {raw!r}")
+            values[item.name] = SWITCH[raw.lower()]
             continue
         integral = item.name not in ("capacity_wait_s", "claim_poll_s")
         try:

@@ -88,7 +88,8 @@ def claim_job():  # type: ignore[no-untyped-def]
     waiting.inc()
     try:
         job = queue.claim(get_db(), runner_id, lease_s=settings().lease_s, wait_s=wait_s, platform=platform,
-                          poll_s=capacity.claim_poll_s, concurrency=capacity.claim_concurrency)
+                          poll_s=capacity.claim_poll_s, concurrency=capacity.claim_concurrency,
+                          notify=capacity.claim_notify)
     finally:
         waiting.dec()
     if job is None:
