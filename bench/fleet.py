@@ -263,13 +263,13 @@ def percentile(values: list[float], q: float) -> float:
 
 
 def run_shape(postgres: str, instances: int, workers: int, args: argparse.Namespace, tmp: Path) -> dict[str, Any]:
-    label = f"{instances}x{workers} {args.worker_class}"
+    label = f"{instances}x{workers} {args.worker_class}" + (" poll" if args.no_notify else "")
     with scratch_postgres(postgres) as url:
         registration = seed(url)
         config = tmp / "parallax.toml"
         config.write_text(CATALOGUE)
         env = {"PARALLAX_DATABASE_URL": url, "PARALLAX_CONFIG": str(config), "PARALLAX_LOG_LEVEL": "WARNING",
-               "PARALLAX_GITHUB_WEBHOOK_SECRET": SECRET}
+               "PARALLAX_GITHUB_WEBHOOK_SECRET": SECRET, "PARALLAX_CLAIM_NOTIFY": "0" if args.no_notify else "1"}
         with ExitStack() as stack:
             services = [stack.enter_context(ServiceProcess(env, workers=workers,
                                                            args=["--worker-class", args.worker_class]))
@@ -306,13 +306,14 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runners", type=int, default=500)
     parser.add_argument("--jobs", type=int, default=2000)
-    parser.add_argument("--rate", type=float, default=100.0, help="jobs queued per second")
+    parser.add_argument("--rate", type=float, default=20.0, help="jobs queued per second")
     parser.add_argument("--batch", type=int, default=10, help="jobs per enqueue transaction")
     parser.add_argument("--webhook-rate", type=float, default=5.0, help="signed push webhooks per second")
-    parser.add_argument("--dashboard-rate", type=float, default=2.0, help="dashboard home requests per second")
+    parser.add_argument("--dashboard-rate", type=float, default=1.0, help="dashboard home requests per second")
     parser.add_argument("--shapes", default="1x2,2x1", help="instances x workers per instance, comma-separated")
     parser.add_argument("--worker-class", default="gevent", choices=["gevent", "gthread"])
-    parser.add_argument("--deadline-s", type=float, default=180.0, help="give up on a shape after this long")
+    parser.add_argument("--no-notify", action="store_true", help="PARALLAX_CLAIM_NOTIFY=0: waiters poll the table")
+    parser.add_argument("--deadline-s", type=float, default=300.0, help="give up on a shape after this long")
     parser.add_argument("--postgres", default=DEFAULT_POSTGRES, help="server URL; a scratch database is used")
     parser.add_argument("--tmp", default="var/bench")
     parser.add_argument("--out", default="fleet")

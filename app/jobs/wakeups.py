@@ -102,6 +102,7 @@ class Listener:
         self.thread: threading.Thread | None = None
         self.last_busy = time.monotonic()
         self.connected = threading.Event()
+        self.failures = 0
 
     def ensure_running(self) -> None:
         with self.lock:
@@ -126,7 +127,11 @@ class Listener:
                 if self._listen():
                     return
             except Exception:
-                log.warning("LISTEN connection lost; waiters poll until it is back", exc_info=True)
+                self.failures += 1
+                # Once per outage; a database that is gone for good (a dropped test database)
+                # would otherwise log every few seconds until the listener goes idle.
+                log.log(logging.WARNING if self.failures == 1 else logging.DEBUG,
+                        "LISTEN connection lost; waiters poll until it is back", exc_info=True)
             if self._idle():
                 return
             time.sleep(self.reconnect_s)
@@ -139,6 +144,7 @@ class Listener:
             connection.autocommit = True
             connection.execute(f"LISTEN {CHANNEL}")
             self.connected.set()
+            self.failures = 0
             # Whatever was queued while nobody listened is found by a look right away.
             self.board.wake_all_platforms(self.fanout)
             while True:

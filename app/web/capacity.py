@@ -116,6 +116,7 @@ def install(flask_app: Flask, capacity: Capacity) -> None:
     """Admit each request through its class's gate and time it by class."""
     gates = Gates(capacity)
     flask_app.extensions["parallax.capacity"] = capacity
+    flask_app.extensions["parallax.gates"] = gates
 
     @flask_app.before_request
     def _admit() -> Response | tuple[Response, int, dict[str, str]] | None:
