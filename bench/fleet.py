@@ -126,6 +126,7 @@ class Fleet:
         self.claimed: Counter[int] = Counter()
         self.received_at: dict[int, float] = {}
         self.completed = 0
+        self.completed_by_instance: Counter[str] = Counter()
         self.all_done = asyncio.Event()
         self.busy_503 = 0
         self.errors: Counter[str] = Counter()
@@ -166,6 +167,7 @@ class Fleet:
                 async with http.post(f"{base}/api/v1/jobs/{job['id']}/complete", json=DOC, headers=headers) as done:
                     done.raise_for_status()
                 self.completed += 1
+                self.completed_by_instance[base] += 1
                 self.last_complete = time.perf_counter()
                 if self.completed >= self.jobs:
                     self.all_done.set()
@@ -297,6 +299,7 @@ def run_shape(postgres: str, instances: int, workers: int, args: argparse.Namesp
         "webhook_p99_ms": percentile(fleet.webhook_ms, 99), "webhook_failed": fleet.failed_side["webhook"],
         "dashboard_n": len(fleet.dashboard_ms), "dashboard_p50_ms": percentile(fleet.dashboard_ms, 50),
         "dashboard_p99_ms": percentile(fleet.dashboard_ms, 99), "dashboard_failed": fleet.failed_side["dashboard"],
+        "completed_by_instance": [fleet.completed_by_instance[base] for base in fleet.bases],
         "claim_503s": fleet.busy_503, "client_errors": dict(fleet.errors),
         "load_1min_before": round(load_before, 2), "load_1min_after": round(load_after, 2),
     }
