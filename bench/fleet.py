@@ -158,21 +158,26 @@ class Fleet:
                         self.busy_503 += 1
                         await asyncio.sleep(random.uniform(0.5, 1.5))
                         continue
-                    response.raise_for_status()
+                    if response.status != 200:
+                        self.errors[f"claim HTTP {response.status}"] += 1
+                        await asyncio.sleep(1)
+                        continue
                     job = (await response.json())["job"]
                 received = time.perf_counter()
                 self.first_claim = self.first_claim or received
                 self.claimed[job["id"]] += 1
                 self.received_at.setdefault(job["id"], received)
                 async with http.post(f"{base}/api/v1/jobs/{job['id']}/complete", json=DOC, headers=headers) as done:
-                    done.raise_for_status()
+                    if done.status not in (200, 201):
+                        self.errors[f"complete HTTP {done.status}: {(await done.text())[:200]}"] += 1
+                        continue
                 self.completed += 1
                 self.completed_by_instance[base] += 1
                 self.last_complete = time.perf_counter()
                 if self.completed >= self.jobs:
                     self.all_done.set()
             except (aiohttp.ClientError, asyncio.TimeoutError) as exc:
-                self.errors[type(exc).__name__] += 1
+                self.errors[f"{type(exc).__name__}: {exc}"[:200]] += 1
                 await asyncio.sleep(1)
 
     async def side_traffic(self, http: aiohttp.ClientSession, kind: str, rate: float) -> None:
@@ -273,9 +278,10 @@ def run_shape(postgres: str, instances: int, workers: int, args: argparse.Namesp
         env = {"PARALLAX_DATABASE_URL": url, "PARALLAX_CONFIG": str(config), "PARALLAX_LOG_LEVEL": "WARNING",
                "PARALLAX_GITHUB_WEBHOOK_SECRET": SECRET, "PARALLAX_CLAIM_NOTIFY": "0" if args.no_notify else "1"}
         with ExitStack() as stack:
-            services = [stack.enter_context(ServiceProcess(env, workers=workers,
+            logs = [stack.enter_context(open(tmp / f"serve-{i}.log", "w")) for i in range(instances)]
+            services = [stack.enter_context(ServiceProcess(env, workers=workers, log=logs[i],
                                                            args=["--worker-class", args.worker_class]))
-                        for _ in range(instances)]
+                        for i in range(instances)]
             fleet = Fleet([s.base for s in services], registration, args.runners, args.jobs)
             load_before = os.getloadavg()[0]
             out = asyncio.run(drive(fleet, url, args, label))

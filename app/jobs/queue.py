@@ -178,6 +178,10 @@ def try_claim(db: Database, runner_id: int, lease_s: int) -> Job | None:
             job.started_at = moment
             session.add(JobAttempt(job_id=job.id, attempt=job.attempt, runner_id=runner.id, claimed_at=moment))
             session.flush()
+            # Load what the claim response needs while the session is open, so the caller can
+            # answer without going back to the database (a failure then would strand the job
+            # until its lease expires).
+            _ = (job.commit.sha, job.repository.url, job.suite.command)
             return job
     return None
 
@@ -209,8 +213,14 @@ def claim(db: Database, runner_id: int, *, lease_s: int, wait_s: float = 0.0, pl
         found.ensure_listening()
     with found.board.waiting(platform) as ticket:
         while True:
-            with found.attempts:
+            # Past its deadline a claim gives up its turn rather than claim a job for a runner
+            # that may have stopped listening; a claim without a wait still gets a look.
+            if not found.attempts.acquire(timeout=max(deadline - time.monotonic(), 1.0)):
+                return None
+            try:
                 job = try_claim(db, runner_id, lease_s)
+            finally:
+                found.attempts.release()
             if job is not None:
                 found.board.wake(platform, 1)
                 return job

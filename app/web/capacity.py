@@ -112,6 +112,12 @@ class Gates:
         self.semaphores[name].release()
 
 
+def busy(name: str, detail: str) -> tuple[Response, int, dict[str, str]]:
+    """503 with Retry-After, counted for /metrics."""
+    metrics.REJECTED.labels(name).inc()
+    return jsonify({"error": "busy", "detail": detail}), 503, {"Retry-After": "1"}
+
+
 def install(flask_app: Flask, capacity: Capacity) -> None:
     """Admit each request through its class's gate and time it by class."""
     gates = Gates(capacity)
@@ -126,10 +132,8 @@ def install(flask_app: Flask, capacity: Capacity) -> None:
         if name == "health":
             return None
         if not gates.enter(name):
-            metrics.REJECTED.labels(name).inc()
-            detail = (f"the {name} capacity of this process ({gates.limits[name]} at once) is in use; "
-                      f"retry shortly")
-            return jsonify({"error": "busy", "detail": detail}), 503, {"Retry-After": "1"}
+            return busy(name, f"the {name} capacity of this process ({gates.limits[name]} at once) is in use; "
+                              f"retry shortly")
         g.px_admitted = name
         return None
 

@@ -14,7 +14,7 @@ from app.jobs import queue, wakeups
 from app.web import metrics
 from app.web.auth import require_registration_token, require_runner
 from app.web.bodies import json_body, read_body, settings
-from app.web.capacity import Capacity
+from app.web.capacity import Capacity, busy
 from app.web.session import get_db, request_session
 
 bp = Blueprint("runner_api", __name__, url_prefix="/api/v1")
@@ -69,13 +69,17 @@ def register_runner():  # type: ignore[no-untyped-def]
 def claim_job():  # type: ignore[no-untyped-def]
     capacity: Capacity = current_app.extensions["parallax.capacity"]
     # Many long-polls are admitted at once; their database work (the token check, each look at
-    # the queue, the job payload) takes turns through one bounded gate per process.
+    # the queue) takes turns through one bounded gate per process.
     gate = wakeups.for_engine(get_db().engine, capacity.claim_concurrency).attempts
-    with gate:
+    if not gate.acquire(timeout=capacity.capacity_wait_s):
+        return busy("longpoll", f"claims are queued beyond {capacity.capacity_wait_s:g} s in this process; retry shortly")
+    try:
         session = request_session()
         runner = require_runner(session)
         runner_id, platform = runner.id, runner.platform
         session.close()  # do not hold a connection through the long-poll
+    finally:
+        gate.release()
     body = json_body(required=False)
     try:
         wait_s = float(body.get("wait_s", 0))
@@ -94,13 +98,7 @@ def claim_job():  # type: ignore[no-untyped-def]
         waiting.dec()
     if job is None:
         return Response(status=204)
-    with gate:
-        session = request_session()
-        job = session.get(Job, job.id)
-        assert job is not None
-        payload = job_payload(job, job.repository, job.suite)
-        session.close()
-    return jsonify({"job": payload}), 200
+    return jsonify({"job": job_payload(job, job.repository, job.suite)}), 200
 
 
 @bp.post("/jobs/<int:job_id>/heartbeat")
