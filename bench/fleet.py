@@ -167,10 +167,8 @@ class Fleet:
                 self.first_claim = self.first_claim or received
                 self.claimed[job["id"]] += 1
                 self.received_at.setdefault(job["id"], received)
-                async with http.post(f"{base}/api/v1/jobs/{job['id']}/complete", json=DOC, headers=headers) as done:
-                    if done.status not in (200, 201):
-                        self.errors[f"complete HTTP {done.status}: {(await done.text())[:200]}"] += 1
-                        continue
+                if not await self.complete(http, base, headers, job["id"]):
+                    continue
                 self.completed += 1
                 self.completed_by_instance[base] += 1
                 self.last_complete = time.perf_counter()
@@ -179,6 +177,20 @@ class Fleet:
             except (aiohttp.ClientError, asyncio.TimeoutError) as exc:
                 self.errors[f"{type(exc).__name__}: {exc}"[:200]] += 1
                 await asyncio.sleep(1)
+
+    async def complete(self, http: aiohttp.ClientSession, base: str, headers: dict[str, str], job_id: int) -> bool:
+        """Upload the results, retrying 503s (a full route class) as the runner agent does."""
+        for attempt in range(30):
+            async with http.post(f"{base}/api/v1/jobs/{job_id}/complete", json=DOC, headers=headers) as done:
+                if done.status in (200, 201):
+                    return True
+                if done.status != 503:
+                    self.errors[f"complete HTTP {done.status}: {(await done.text())[:200]}"] += 1
+                    return False
+            self.busy_503 += 1
+            await asyncio.sleep(min(8.0, 0.5 * 2 ** attempt) * random.uniform(0.5, 1.0))
+        self.errors["complete: still 503 after 30 tries"] += 1
+        return False
 
     async def side_traffic(self, http: aiohttp.ClientSession, kind: str, rate: float) -> None:
         """Webhooks or dashboard requests at `rate`/s, each on its own (a slow answer does not
@@ -306,7 +318,7 @@ def run_shape(postgres: str, instances: int, workers: int, args: argparse.Namesp
         "dashboard_n": len(fleet.dashboard_ms), "dashboard_p50_ms": percentile(fleet.dashboard_ms, 50),
         "dashboard_p99_ms": percentile(fleet.dashboard_ms, 99), "dashboard_failed": fleet.failed_side["dashboard"],
         "completed_by_instance": [fleet.completed_by_instance[base] for base in fleet.bases],
-        "claim_503s": fleet.busy_503, "client_errors": dict(fleet.errors),
+        "runner_api_503s": fleet.busy_503, "client_errors": dict(fleet.errors),
         "load_1min_before": round(load_before, 2), "load_1min_after": round(load_after, 2),
     }
 

@@ -33,7 +33,7 @@ class Capacity:
     """Per worker process. Env: PARALLAX_<FIELD> upper-cased, except the class limits, which
     are PARALLAX_<CLASS>_CONCURRENCY (and PARALLAX_LONGPOLL_LIMIT)."""
     webhooks: int = 4
-    runner: int = 4
+    runner: int = 8
     dashboard: int = 4
     longpoll: int = 1000
     claim_concurrency: int = 2
