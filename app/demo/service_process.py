@@ -9,7 +9,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import IO, Mapping
+from typing import IO, Mapping, Sequence
 
 import requests
 
@@ -24,18 +24,21 @@ class ServiceProcess:
     """Context manager: starts the service, waits for /healthz, stops it with SIGTERM."""
 
     def __init__(self, env: Mapping[str, str], *, workers: int = 4, port: int = 0,
-                 log: IO[bytes] | IO[str] | None = None, start_timeout_s: float = 60.0) -> None:
+                 log: IO[bytes] | IO[str] | None = None, start_timeout_s: float = 60.0,
+                 args: Sequence[str] = ()) -> None:
         self.port = port or free_port()
         self.base = f"http://127.0.0.1:{self.port}"
         self.env = dict(os.environ, **env)
         self.workers = workers
         self.log = log
         self.start_timeout_s = start_timeout_s
+        self.args = list(args)  # more `parallax serve` options, e.g. ["--worker-class", "gthread"]
         self.process: subprocess.Popen | None = None
 
     def __enter__(self) -> "ServiceProcess":
         parallax = str(Path(sys.executable).with_name("parallax"))
-        self.process = subprocess.Popen([parallax, "serve", "--port", str(self.port), "--workers", str(self.workers)],
+        self.process = subprocess.Popen([parallax, "serve", "--port", str(self.port), "--workers", str(self.workers),
+                                         *self.args],
                                         env=self.env, stdout=subprocess.DEVNULL,
                                         stderr=self.log if self.log is not None else subprocess.DEVNULL)
         deadline = time.monotonic() + self.start_timeout_s

@@ -11,7 +11,7 @@ import random
 import time
 from datetime import timedelta
 
-from sqlalchemy import func, select, update
+from sqlalchemy import event, func, select, update
 from sqlalchemy.orm import Session
 
 from app.core import signals
@@ -32,6 +32,7 @@ from app.core.models import (
     Runner,
     Suite,
 )
+from app.jobs import wakeups
 from app.jobs.measurements import document_hash, store_run
 from runners.results import DEFAULT_LIMITS, Limits, ResultsError, loads
 
@@ -65,8 +66,28 @@ def enqueue(session: Session, repository: Repository, commit: Commit, suite: Sui
               pull_request_id=pull_request_id, bisect_id=bisect_id)
     session.add(job)
     session.flush()
+    announce(session, platform)
     signals.job_queued.send(session, job=job)
     return job, True
+
+
+def announce(session: Session, platform: str) -> None:
+    """Tell waiting claimers that a job for `platform` is claimable once this transaction
+    commits: PostgreSQL `NOTIFY` (every process of every instance), SQLite a wake-up of this
+    process's waiters after the commit (other processes find it on their fallback poll)."""
+    if is_sqlite(session):
+        platforms: set[str] = session.info.setdefault("parallax.announce", set())
+        if not platforms:
+            event.listen(session, "after_commit", _wake_local_waiters, once=True)
+        platforms.add(platform)
+    else:
+        session.execute(select(func.pg_notify(wakeups.CHANNEL, platform)))
+
+
+def _wake_local_waiters(session: Session) -> None:
+    found = wakeups.for_engine(session.get_bind())
+    for platform in session.info.pop("parallax.announce", set()):
+        found.board.wake(platform, found.fanout)
 
 
 def enqueue_matrix(session: Session, repository: Repository, sha: str, *, suite_name: str | None = None,
@@ -106,16 +127,18 @@ def reap_expired(session: Session) -> int:
     limit. Safe to run from many processes at once: each UPDATE re-checks the row's state."""
     moment = utcnow()
     expired = list(session.execute(
-        select(Job.id, Job.attempt, Job.runner_id).where(Job.state == JobState.running,
-                                                          Job.lease_expires_at < moment)))
+        select(Job.id, Job.attempt, Job.runner_id, Job.platform).where(Job.state == JobState.running,
+                                                                       Job.lease_expires_at < moment)))
     count = 0
-    for job_id, attempt, runner_id in expired:
+    for job_id, attempt, runner_id, platform in expired:
         retry = update(Job).where(Job.id == job_id, Job.state == JobState.running, Job.attempt == attempt,
                                   Job.lease_expires_at < moment)
         result = session.execute(
             retry.where(Job.attempt < Job.max_attempts)
             .values(state=JobState.queued, attempt=Job.attempt + 1, runner_id=None, lease_expires_at=None))
-        if result.rowcount == 0:
+        if result.rowcount:
+            announce(session, platform)
+        else:
             result = session.execute(
                 retry.values(state=JobState.failed, runner_id=None, lease_expires_at=None, finished_at=moment,
                              failure_reason=f"lease expired on attempt {attempt}, the last allowed"))
@@ -138,9 +161,6 @@ def try_claim(db: Database, runner_id: int, lease_s: int) -> Job | None:
     SQLite: the whole read-then-write runs in a `BEGIN IMMEDIATE` transaction (app.db), so
     claimers take turns."""
     with db.session() as session:
-        # Besides the reaper duty: a claim must see a lease that expired a moment ago, not wait
-        # for the duty's next tick (one indexed query that usually finds nothing).
-        reap_expired(session)
         runner = session.get(Runner, runner_id)
         assert runner is not None
         query = (select(Job, Suite.labels).join(Suite, Suite.id == Job.suite_id)
@@ -148,7 +168,13 @@ def try_claim(db: Database, runner_id: int, lease_s: int) -> Job | None:
                  .order_by(Job.priority.desc(), Job.id.asc()).limit(25))
         if not is_sqlite(session):
             query = query.with_for_update(skip_locked=True, of=Job)
-        for job, required in session.execute(query):
+        candidates = list(session.execute(query))
+        # Besides the reaper duty: a claimer that finds nothing must see a lease that expired a
+        # moment ago, not wait for the duty's next tick (one indexed query that usually finds
+        # nothing; skipped while there is queued work, which the duty requeues behind).
+        if not candidates and reap_expired(session):
+            candidates = list(session.execute(query))
+        for job, required in candidates:
             if not _labels_match(required or {}, runner.labels or {}):
                 continue
             moment = utcnow()
@@ -158,20 +184,56 @@ def try_claim(db: Database, runner_id: int, lease_s: int) -> Job | None:
             job.started_at = moment
             session.add(JobAttempt(job_id=job.id, attempt=job.attempt, runner_id=runner.id, claimed_at=moment))
             session.flush()
+            # Load what the claim response needs while the session is open, so the caller can
+            # answer without going back to the database (a failure then would strand the job
+            # until its lease expires).
+            _ = (job.commit.sha, job.repository.url, job.suite.command)
             return job
     return None
 
 
-def claim(db: Database, runner_id: int, *, lease_s: int, wait_s: float = 0.0) -> Job | None:
-    """Claim with long-poll: retry until a job appears or `wait_s` has passed."""
+def claim(db: Database, runner_id: int, *, lease_s: int, wait_s: float = 0.0, platform: str | None = None,
+          poll_s: float | None = None, concurrency: int = 2, notify: bool = True) -> Job | None:
+    """Claim with long-poll: look at the queue, then sleep until woken (`app.jobs.wakeups`: a
+    job for this platform was queued) or until the fallback poll, until `wait_s` has passed.
+
+    A waiting claim holds no database connection. At most `concurrency` claim attempts of this
+    process run at once; a claimer that got a job wakes the next waiter, since more may be
+    queued. While this process LISTENs (PostgreSQL), a waiter sleeps until woken or until its
+    wait is over: polling 500 waiters every few seconds would cost more than the claims. It
+    polls every `poll_s` when nobody listens: SQLite, where other processes' enqueues are found
+    only that way (default 1 s), or a PostgreSQL listener that is reconnecting (default 5 s).
+    Jobs must be queued through `enqueue` (or requeued by this module) to wake waiters. With
+    `notify` off the process does not LISTEN and waiters always poll."""
+    found = wakeups.for_engine(db.engine, concurrency)
+    if platform is None:
+        with db.session() as session:
+            runner = session.get(Runner, runner_id)
+            if runner is None:
+                raise NotFound(f"runner {runner_id} does not exist")
+            platform = runner.platform
+    if poll_s is None:
+        poll_s = 1.0 if is_sqlite(db.engine) else 5.0
     deadline = time.monotonic() + max(0.0, wait_s)
-    delay = 0.1
-    while True:
-        job = try_claim(db, runner_id, lease_s)
-        if job is not None or time.monotonic() >= deadline:
-            return job
-        time.sleep(min(delay, max(0.0, deadline - time.monotonic())))
-        delay = min(1.0, delay * 1.6) * random.uniform(0.8, 1.2)
+    if wait_s > 0 and notify:
+        found.ensure_listening()
+    with found.board.waiting(platform) as ticket:
+        while True:
+            # Past its deadline a claim gives up its turn rather than claim a job for a runner
+            # that may have stopped listening; a claim without a wait still gets a look.
+            if not found.attempts.acquire(timeout=max(deadline - time.monotonic(), 1.0)):
+                return None
+            try:
+                job = try_claim(db, runner_id, lease_s)
+            finally:
+                found.attempts.release()
+            if job is not None:
+                found.board.wake(platform, 1)
+                return job
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                return None
+            ticket.wait(remaining if notify and found.listening() else min(remaining, poll_s * random.uniform(0.8, 1.2)))
 
 
 # ---------------------------------------------------------------- holder operations
@@ -296,6 +358,7 @@ def fail(session: Session, runner: Runner, job_id: int, reason: str, retryable: 
     if outcome in ("retry", "handed_back"):
         job.state = JobState.queued
         job.attempt += 1
+        announce(session, job.platform)
     else:
         job.state = JobState.failed
         job.finished_at = moment

@@ -16,11 +16,12 @@ from app.core.config import Settings, add_settings_provider, load_settings
 from app.core.db import Database
 from app.core.migrate import ensure_current
 from app.jobs.catalogue import sync_catalogue
-from app.web import errors, guards, routing
+from app.web import capacity, errors, guards, routing
 from app.web.admin_api import bp as admin_bp
 from app.web.api import bp as api_bp
 from app.web.bisect_api import bp as bisect_bp
 from app.web.dashboard import bp as dashboard_bp
+from app.web.metrics import bp as metrics_bp
 from app.web.runner_api import bp as runner_bp
 from app.web.series_api import bp as series_bp
 from app.web.session import close_request_session
@@ -69,7 +70,8 @@ def create_app(config: Settings | dict[str, Any] | None = None, *, check_schema:
     routing.register(flask_app)
     errors.register(flask_app)
     guards.register(flask_app)
-    for blueprint in (runner_bp, admin_bp, api_bp, bisect_bp, webhooks_bp, series_bp, dashboard_bp):
+    capacity.install(flask_app, capacity.load_capacity())
+    for blueprint in (runner_bp, admin_bp, api_bp, bisect_bp, webhooks_bp, series_bp, dashboard_bp, metrics_bp):
         flask_app.register_blueprint(blueprint)
 
     @flask_app.teardown_appcontext

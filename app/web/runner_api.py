@@ -4,16 +4,18 @@ from __future__ import annotations
 
 from typing import Any
 
-from flask import Blueprint, Response, jsonify, request
+from flask import Blueprint, Response, current_app, jsonify, request
 
 from app.auth.tokens import create_registration_token, hash_token, new_token
 from app.core import limits
 from app.core.clock import as_utc
 from app.core.errors import Invalid
 from app.core.models import Job, Repository, Runner, Suite
-from app.jobs import queue
+from app.jobs import queue, wakeups
+from app.web import metrics
 from app.web.auth import require_registration_token, require_runner
 from app.web.bodies import json_body, read_body, settings
+from app.web.capacity import Capacity, busy
 from app.web.session import get_db, request_session
 
 bp = Blueprint("runner_api", __name__, url_prefix="/api/v1")
@@ -74,17 +76,31 @@ def register_runner():  # type: ignore[no-untyped-def]
 
 @bp.post("/jobs/claim")
 def claim_job():  # type: ignore[no-untyped-def]
-    session = request_session()
-    runner = require_runner(session)
+    capacity: Capacity = current_app.extensions["parallax.capacity"]
+    # Many long-polls are admitted at once; their database work (the token check, each look at
+    # the queue) takes turns through one bounded gate per process.
+    gate = wakeups.for_engine(get_db().engine, capacity.claim_concurrency).attempts
+    if not gate.acquire(timeout=capacity.capacity_wait_s):
+        return busy("longpoll", f"claims are queued beyond {capacity.capacity_wait_s:g} s in this process; retry shortly")
+    try:
+        session = request_session()
+        runner = require_runner(session)
+        runner_id, platform = runner.id, runner.platform
+        session.close()  # do not hold a connection through the long-poll
+    finally:
+        gate.release()
     body = json_body(required=False)
     wait_s = min(limits.number(body.get("wait_s", 0), "wait_s", minimum=0), settings().claim_max_wait_s)
-    session.close()  # do not hold a connection through the long-poll
-    job = queue.claim(get_db(), runner.id, lease_s=settings().lease_s, wait_s=wait_s)
+    waiting = metrics.WAITING.labels(platform)
+    waiting.inc()
+    try:
+        job = queue.claim(get_db(), runner_id, lease_s=settings().lease_s, wait_s=wait_s, platform=platform,
+                          poll_s=capacity.claim_poll_s, concurrency=capacity.claim_concurrency,
+                          notify=capacity.claim_notify)
+    finally:
+        waiting.dec()
     if job is None:
         return Response(status=204)
-    session = request_session()
-    job = session.get(Job, job.id)
-    assert job is not None
     return jsonify({"job": job_payload(job, job.repository, job.suite)}), 200
 
 

@@ -1,0 +1,200 @@
+"""Wake-ups for waiting claimers: a long-poll sleeps on its own event instead of polling the
+jobs table, and is woken when a job for its platform may be claimable.
+
+PostgreSQL: `queue.announce` sends `NOTIFY parallax_jobs, '<platform>'` inside the transaction
+that queues (or requeues) a job, so it is delivered on commit, once per platform per
+transaction, to every listening process of every instance. One listener thread per process
+(`LISTEN parallax_jobs` on a connection of its own) wakes a few of that platform's waiters;
+each waiter that then claims a job wakes the next one, since more may be waiting. SQLite has no
+NOTIFY: a commit wakes the waiters of its own process, and waiters in other processes find the
+job on their fallback poll. Every waiter also polls at `poll_s` (jittered), which covers a
+listener that is reconnecting.
+
+The primitives are `threading` ones, so the same code serves real threads (gthread workers,
+tests) and greenlets (gevent workers, where `threading` is monkey-patched).
+"""
+from __future__ import annotations
+
+import logging
+import threading
+import time
+import weakref
+from collections import defaultdict
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from typing import Iterator
+
+from sqlalchemy import Engine
+
+log = logging.getLogger(__name__)
+CHANNEL = "parallax_jobs"
+
+
+@dataclass(eq=False)
+class Ticket:
+    """One waiting claim: its event is set when it should look at the queue again."""
+    platform: str
+    # Looked up at each call, not bound at import: a gevent worker patches `threading` after
+    # this module was imported, and an unpatched Event.wait would block every greenlet.
+    event: threading.Event = field(default_factory=lambda: threading.Event())
+
+    def wait(self, timeout_s: float) -> bool:
+        woken = self.event.wait(max(0.0, timeout_s))
+        self.event.clear()
+        return woken
+
+
+class Board:
+    """The waiting claims of one process, by platform, woken oldest first."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._waiting: dict[str, list[Ticket]] = defaultdict(list)
+
+    @contextmanager
+    def waiting(self, platform: str) -> Iterator[Ticket]:
+        """Register before the first look at the queue, so a wake-up in between is not lost."""
+        ticket = Ticket(platform)
+        with self._lock:
+            self._waiting[platform].append(ticket)
+        try:
+            yield ticket
+        finally:
+            with self._lock:
+                self._waiting[platform].remove(ticket)
+
+    def wake(self, platform: str, count: int) -> int:
+        """Set the events of up to `count` waiters of `platform` not already woken."""
+        woken = 0
+        with self._lock:
+            for ticket in self._waiting.get(platform, ()):
+                if woken >= count:
+                    break
+                if not ticket.event.is_set():
+                    ticket.event.set()
+                    woken += 1
+        return woken
+
+    def wake_all_platforms(self, count: int) -> None:
+        with self._lock:
+            platforms = [p for p, tickets in self._waiting.items() if tickets]
+        for platform in platforms:
+            self.wake(platform, count)
+
+    def count(self) -> int:
+        with self._lock:
+            return sum(len(tickets) for tickets in self._waiting.values())
+
+
+class Listener:
+    """`LISTEN parallax_jobs` on a dedicated PostgreSQL connection, in a daemon thread that runs
+    while claims wait (it closes its connection after `idle_s` without waiters, so processes
+    and test runs that stop claiming do not keep a connection each)."""
+
+    def __init__(self, engine: Engine, board: Board, fanout: int, idle_s: float = 15.0,
+                 reconnect_s: float = 2.0) -> None:
+        self.engine = engine
+        self.board = board
+        self.fanout = fanout
+        self.idle_s = idle_s
+        self.reconnect_s = reconnect_s
+        self.lock = threading.Lock()
+        self.thread: threading.Thread | None = None
+        self.last_busy = time.monotonic()
+        self.connected = threading.Event()
+        self.failures = 0
+
+    def ensure_running(self) -> None:
+        with self.lock:
+            self.last_busy = time.monotonic()
+            if self.thread is None or not self.thread.is_alive():
+                self.thread = threading.Thread(target=self._loop, name="parallax-listen", daemon=True)
+                self.thread.start()
+
+    def _idle(self) -> bool:
+        """Stop (under the lock, so `ensure_running` starts a new thread) when idle long enough."""
+        with self.lock:
+            if self.board.count():
+                self.last_busy = time.monotonic()
+            elif time.monotonic() - self.last_busy >= self.idle_s:
+                self.thread = None
+                return True
+            return False
+
+    def _loop(self) -> None:
+        while True:
+            try:
+                if self._listen():
+                    return
+            except Exception:
+                self.failures += 1
+                # Once per outage; a database that is gone for good (a dropped test database)
+                # would otherwise log every few seconds until the listener goes idle.
+                log.log(logging.WARNING if self.failures == 1 else logging.DEBUG,
+                        "LISTEN connection lost; waiters poll until it is back", exc_info=True)
+            if self._idle():
+                return
+            time.sleep(self.reconnect_s)
+
+    def _listen(self) -> bool:
+        pooled = self.engine.raw_connection()
+        connection = pooled.driver_connection
+        pooled.detach()  # ours alone: the pool neither counts nor hands it out
+        try:
+            connection.autocommit = True
+            connection.execute(f"LISTEN {CHANNEL}")
+            self.connected.set()
+            self.failures = 0
+            # Whatever was queued while nobody listened is found by a look right away.
+            self.board.wake_all_platforms(self.fanout)
+            while True:
+                for notice in connection.notifies(timeout=1.0):
+                    self.board.wake(notice.payload, self.fanout)
+                if self._idle():
+                    return True
+        finally:
+            self.connected.clear()
+            pooled.close()
+
+
+@dataclass
+class Wakeups:
+    """What `queue.claim` needs per process and database: the board, the bound on concurrent
+    claim attempts, and the listener (PostgreSQL only)."""
+    board: Board
+    attempts: threading.BoundedSemaphore
+    fanout: int
+    listener: Listener | None = None
+
+    def ensure_listening(self) -> None:
+        if self.listener is not None:
+            self.listener.ensure_running()
+
+    def listening(self) -> bool:
+        """Whether NOTIFY wakes this process's waiters right now (else they must poll)."""
+        return self.listener is not None and self.listener.connected.is_set()
+
+
+_registry: "weakref.WeakKeyDictionary[Engine, Wakeups]" = weakref.WeakKeyDictionary()
+_registry_lock = threading.Lock()
+
+
+def for_engine(engine: Engine, concurrency: int = 2) -> Wakeups:
+    """This process's wake-ups for `engine`, made on first use. `concurrency` bounds the claim
+    attempts that run at once; a notification wakes four times as many waiters (they queue on
+    the bound without touching the database, and a transaction often queues several jobs)."""
+    with _registry_lock:
+        found = _registry.get(engine)
+        if found is None:
+            board = Board()
+            fanout = 4 * concurrency
+            listener = Listener(engine, board, fanout=fanout) if engine.dialect.name == "postgresql" else None
+            found = Wakeups(board, threading.BoundedSemaphore(concurrency), fanout, listener)
+            _registry[engine] = found
+        return found
+
+
+def waiting_count() -> int:
+    """Long-polls waiting in this process, over every database (for /metrics)."""
+    with _registry_lock:
+        return sum(w.board.count() for w in _registry.values())

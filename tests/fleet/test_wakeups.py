@@ -1,0 +1,65 @@
+"""A waiting claim is woken when a job for its platform is queued: PostgreSQL NOTIFY, or on
+SQLite the committing process's own waiters. The fallback poll is set far beyond the test's
+patience, so only the wake-up can make these pass."""
+from __future__ import annotations
+
+import threading
+import time
+
+from sqlalchemy import select
+
+from app.core.models import Job, JobState, Repository, Runner
+from app.jobs import queue, wakeups
+
+PATIENCE_S = 3.0
+
+
+def add_runner(db, platform: str = "cpu") -> int:  # type: ignore[no-untyped-def]
+    with db.session() as session:
+        runner = Runner(name=f"r-{platform}", platform=platform, labels={"platform": platform}, token_hash="0" * 64)
+        session.add(runner)
+        session.flush()
+        return runner.id
+
+
+def start_waiting_claim(db, runner_id: int, platform: str = "cpu") -> tuple[threading.Thread, list]:  # type: ignore[no-untyped-def]
+    got: list = []
+    thread = threading.Thread(target=lambda: got.append(
+        queue.claim(db, runner_id, lease_s=60, wait_s=20, platform=platform, poll_s=60)), daemon=True)
+    thread.start()
+    found = wakeups.for_engine(db.engine)
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        if found.board.count() == 1 and (found.listener is None or found.listening()):
+            break
+        time.sleep(0.05)
+    time.sleep(0.2)  # past its first (empty) look at the queue
+    return thread, got
+
+
+def queue_one(db, platform: str = "cpu") -> None:  # type: ignore[no-untyped-def]
+    with db.session() as session:
+        repository = session.scalar(select(Repository))
+        queue.enqueue_matrix(session, repository, "c" * 40, suite_name="decode-throughput", platform=platform)
+
+
+def test_a_waiting_claim_gets_a_job_queued_after_it_started_waiting(db) -> None:  # type: ignore[no-untyped-def]
+    thread, got = start_waiting_claim(db, add_runner(db))
+    queued = time.monotonic()
+    queue_one(db)
+    thread.join(PATIENCE_S)
+    assert not thread.is_alive(), f"the waiting claim was not woken within {PATIENCE_S} s"
+    assert got[0] is not None and got[0].state == JobState.running
+    assert time.monotonic() - queued < PATIENCE_S
+
+
+def test_a_job_for_another_platform_does_not_end_the_wait(db) -> None:  # type: ignore[no-untyped-def]
+    thread, got = start_waiting_claim(db, add_runner(db, "rocm"), platform="rocm")
+    queue_one(db, platform="cuda")
+    thread.join(1.5)
+    assert thread.is_alive() and got == []
+    with db.session() as session:
+        assert session.scalar(select(Job.state)) == JobState.queued
+    queue_one(db, platform="rocm")
+    thread.join(PATIENCE_S)
+    assert got and got[0] is not None and got[0].platform == "rocm"
