@@ -105,6 +105,11 @@ def app(settings, postgres_apps):  # type: ignore[no-untyped-def]
     if settings.database_url.startswith("postgresql"):
         key = repr(settings)
         if key not in postgres_apps:
+            # Keep the last app only: tests of one module share settings, and every kept app
+            # holds pooled connections the server has a limit for.
+            for stale in postgres_apps.values():
+                stale.extensions["parallax.db"].engine.dispose()
+            postgres_apps.clear()
             postgres_apps[key] = create_app(settings)
         flask_app = postgres_apps[key]
         with flask_app.extensions["parallax.db"].session() as session:

@@ -24,5 +24,6 @@ def demo(workdir: str, port: int, model: str, repeats: int, quick: bool, exit_wh
     """Replay SGLang's two ROCm-only overlap-scheduler regressions on a copy of the engine: the
     service, a CPU runner and two simulated GPU runners (H100, MI300X) measure every push,
     detection flags the regressions, bisect finds the culprits, and the fixes close the alerts."""
+    sys.stdout.reconfigure(line_buffering=True)  # progress lines reach a pipe (tee, a test) as they happen
     sys.exit(run_demo(workdir=workdir, port=port, model=model, repeats=repeats, quick=quick,
                       exit_when_done=exit_when_done, timeout_s=timeout_s))

@@ -119,16 +119,27 @@ class Runner:
     def died(self) -> int | None:
         return self.process.poll() if self.process is not None else None
 
-    def stop(self) -> None:
+    def signal(self, number: int) -> None:
         if self.process is not None and self.process.poll() is None:
-            os.killpg(self.process.pid, signal.SIGTERM)
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(self.process.pid, number)
+
+
+def _stop_runners(runners: list[Runner], grace_s: float = 15.0) -> None:
+    """SIGTERM to every runner at once (each hands its job back), SIGKILL what is left after
+    `grace_s`."""
+    for runner in runners:
+        runner.signal(signal.SIGTERM)
+    deadline = time.monotonic() + grace_s
+    for runner in runners:
+        if runner.process is not None:
             try:
-                self.process.wait(20)
+                runner.process.wait(max(0.1, deadline - time.monotonic()))
             except subprocess.TimeoutExpired:
-                os.killpg(self.process.pid, signal.SIGKILL)
-                self.process.wait()
-        if self.log is not None:
-            self.log.close()
+                runner.signal(signal.SIGKILL)
+                runner.process.wait()
+        if runner.log is not None:
+            runner.log.close()
 
 
 @dataclass
@@ -163,7 +174,8 @@ class Demo:
             env.pop("PARALLAX_DEVICE", None)
             command = [parallax, "runner", "--server", base, "--registration-token", registration,
                        "--name", f"demo-{platform}", "--label", f"platform={platform}",
-                       "--work-dir", str(self.work / f"runner-{platform}"), "--poll", "2", "--heartbeat", "5"]
+                       "--work-dir", str(self.work / f"runner-{platform}"), "--poll", "2", "--heartbeat", "5",
+                       "--grace", "5"]
             runner = Runner(platform, self.work, command, env)
             runner.start()
             self.runners.append(runner)
@@ -220,9 +232,16 @@ def _step(text: str) -> None:
     click.secho(f"==> {text}", fg="cyan", err=True)
 
 
+def _interrupt(signum: int, frame: Any) -> None:
+    raise KeyboardInterrupt
+
+
 def run_demo(workdir: str = "var/demo", port: int = 0, model: str = "tiny-random-8l", repeats: int = 3,
              quick: bool = False, exit_when_done: bool = False, timeout_s: float = 900.0) -> int:
     work = Path(workdir).resolve()
+    # SIGTERM (a terminal closing, a supervisor) and Ctrl-C both stop the runners and the service.
+    signal.signal(signal.SIGTERM, _interrupt)
+    signal.signal(signal.SIGINT, _interrupt)
     try:
         with exclusive(work):
             check_port(port)
@@ -231,6 +250,9 @@ def run_demo(workdir: str = "var/demo", port: int = 0, model: str = "tiny-random
     except DemoError as exc:
         click.secho(f"parallax demo: {exc}", fg="red", err=True)
         return 1
+    except KeyboardInterrupt:
+        click.secho("parallax demo: interrupted; the runners and the service were stopped", fg="yellow", err=True)
+        return 130
 
 
 def _run(demo: Demo, exit_when_done: bool) -> int:
@@ -270,8 +292,7 @@ def _run(demo: Demo, exit_when_done: bool) -> int:
                         demo.watch_runners(lambda text: click.echo(text, err=True))
             return code
         finally:
-            for runner in demo.runners:
-                runner.stop()
+            _stop_runners(demo.runners)
             service.stop()
             db.engine.dispose()
 
@@ -355,7 +376,8 @@ def _summarise(demo: Demo, base: str, repo: EngineRepository, elapsed_s: float) 
     click.echo("")
     click.secho(f"Parallax demo — {REPOSITORY}: {len(repo.commits)} commits in {len(demo.story.pushes)} pushes "
                 f"on {', '.join(PLATFORMS)}; settled in {elapsed_s / 60:.1f} min", bold=True)
-    performance = [a for a in alerts if a["kind"] == "performance" and a["is_regression"]]
+    performance = [a for a in alerts if a["kind"] == "performance" and a["is_regression"] and a["state"] != "invalid"]
+    withdrawn = [a for a in alerts if a["kind"] == "performance" and a["state"] == "invalid"]
     correctness = [a for a in alerts if a["kind"] == "correctness"]
     click.secho("Performance regressions", bold=True)
     for alert in performance:
@@ -364,6 +386,11 @@ def _summarise(demo: Demo, base: str, repo: EngineRepository, elapsed_s: float) 
         click.echo("  none")
     flagged = {p for a in performance for c in a["changes"] for p in c["platforms"]}
     click.echo(f"  quiet: {', '.join(p for p in PLATFORMS if p not in flagged) or 'no platform'}")
+    for alert in withdrawn:
+        change = _headline(alert)
+        click.echo(f"  (withdrawn by the detector: alert #{alert['id']}, {change['metric']} "
+                   f"{change['relative_change'] * 100:+.1f}% on {change['platform']}: later commits no longer "
+                   "support it)")
     click.secho("Correctness (race detector, simulated platforms)", bold=True)
     for alert in correctness:
         click.echo(_describe(alert, base, repo))
@@ -399,8 +426,13 @@ def _culprit_of(alert: dict[str, Any]) -> str | None:
     return suspects[0] if len(suspects) == 1 else None
 
 
+def _headline(alert: dict[str, Any]) -> dict[str, Any]:
+    """The alert's change on the suite's headline metric when it has one."""
+    return next((c for c in alert["changes"] if c["metric"] == METRIC), alert["changes"][0])
+
+
 def _describe(alert: dict[str, Any], base: str, repo: EngineRepository) -> str:
-    change = alert["changes"][0]
+    change = _headline(alert)
     platforms = ", ".join(change["platforms"])
     if alert["kind"] == "correctness":
         what = f"{change['after']:.0f} hazards on {platforms}"
@@ -411,7 +443,8 @@ def _describe(alert: dict[str, Any], base: str, repo: EngineRepository) -> str:
     for link in alert.get("bisects", []):
         bisect = requests.get(f"{base}{link['url']}", timeout=30).json()
         confirmed = bisect.get("confirmation") or {}
-        lines.append(f"    range of {len(suspects)} commits bisected (#{bisect['id']}, {bisect['state']}): "
+        size = max((stage.get("size") or 0 for stage in bisect.get("stages", [])), default=len(suspects))
+        lines.append(f"    a push of {size} commits bisected (#{bisect['id']}, {bisect['state']}): "
                      f"{len(bisect.get('rounds', []))} round(s), {bisect.get('runner_jobs', 0)} runner job(s)"
                      + (f"; confirmed {confirmed['scope']}" if confirmed.get("scope") else ""))
     culprit = _culprit_of(alert)
