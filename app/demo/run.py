@@ -274,7 +274,10 @@ def _run(demo: Demo, exit_when_done: bool) -> int:
     _step("starting the service (parallax serve) and three runners: cpu, cuda-sim (H100), rocm-sim (MI300X)")
     with open(work / "serve.log", "w") as log:
         try:
-            service = ServiceProcess(demo.env(), workers=2, port=demo.port, log=log).__enter__()
+            # Threads, not gevent: SQLite's lock waits happen inside C and do not yield to other
+            # greenlets, so under gevent the embedded database answers "database is locked".
+            service = ServiceProcess(demo.env(), workers=2, port=demo.port, log=log,
+                                     args=["--worker-class", "gthread"]).__enter__()
         except RuntimeError as exc:
             raise DemoError(f"{exc}; see {work / 'serve.log'}") from exc
         try:
