@@ -2,24 +2,8 @@
 service that turns change points into alerts (`service`).
 
 `find_change_points(values)` is the DESIGN.md contract: the service's default configuration
-applied to one series.
+applied to one series. Everything else is imported from the module that owns it.
 """
-from app.detection.detector import (
-    DEFAULT_CONFIG,
-    ChangePoint,
-    DetectorConfig,
-    PlatformSeries,
-    classify_change,
-    compare_accuracy,
-    detect,
-    detect_recent,
-    effect_threshold,
-    evidence_at,
-    find_change_points,
-    mcnemar_exact,
-    two_proportion_z,
-)
+from app.detection.detector import find_change_points
 
-__all__ = ["DEFAULT_CONFIG", "ChangePoint", "DetectorConfig", "PlatformSeries", "classify_change",
-           "compare_accuracy", "detect", "detect_recent", "effect_threshold", "evidence_at",
-           "find_change_points", "mcnemar_exact", "two_proportion_z"]
+__all__ = ["find_change_points"]

@@ -4,9 +4,11 @@ registration token, disable a runner or a user. The same actions as `parallax to
 from __future__ import annotations
 
 from datetime import timedelta
+from typing import Any, Callable
 
-from flask import Blueprint, jsonify
+from flask import Blueprint, Response, jsonify
 from sqlalchemy import select
+from sqlalchemy.orm import Session
 
 from app.auth.tokens import create_registration_token, disable_runner, disable_user, hash_token, revoke_registration_token
 from app.core import limits
@@ -40,29 +42,28 @@ def create_token():  # type: ignore[no-untyped-def]
                     "expires_at": row.expires_at and as_utc(row.expires_at).isoformat()}), 201
 
 
-@bp.post("/registration-tokens/<id:token_id>/revoke")
-def revoke_token(token_id: int):  # type: ignore[no-untyped-def]
+def _take_back(action: Callable[[Session], dict[str, Any]]) -> Response:
+    """One admin action that takes access back, in one transaction; answers what it changed."""
     session = request_session()
     require_admin(session)
-    row = revoke_registration_token(session, token_id)
+    answer = action(session)
     session.commit()
-    return jsonify({"id": row.id, "revoked": True})
+    return jsonify(answer)
+
+
+@bp.post("/registration-tokens/<id:token_id>/revoke")
+def revoke_token(token_id: int) -> Response:
+    return _take_back(lambda session: {"id": revoke_registration_token(session, token_id).id, "revoked": True})
 
 
 @bp.post("/runners/<id:runner_id>/disable")
-def disable_runner_endpoint(runner_id: int):  # type: ignore[no-untyped-def]
-    session = request_session()
-    require_admin(session)
-    runner = disable_runner(session, runner_id)
-    session.commit()
-    return jsonify({"id": runner.id, "disabled": True})
+def disable_runner_endpoint(runner_id: int) -> Response:
+    return _take_back(lambda session: {"id": disable_runner(session, runner_id).id, "disabled": True})
 
 
 @bp.post("/users/<name>/disable")
-def disable_user_endpoint(name: str):  # type: ignore[no-untyped-def]
-    session = request_session()
-    require_admin(session)
-    limits.identifier(name, "name", limits.column_chars(User.__table__.c.name))
-    user = disable_user(session, name)
-    session.commit()
-    return jsonify({"name": user.name, "disabled": True})
+def disable_user_endpoint(name: str) -> Response:
+    def disable(session: Session) -> dict[str, Any]:
+        limits.identifier(name, "name", limits.column_chars(User.__table__.c.name))
+        return {"name": disable_user(session, name).name, "disabled": True}
+    return _take_back(disable)

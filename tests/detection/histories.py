@@ -5,7 +5,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from app.detection import PlatformSeries
+from app.detection.detector import PlatformSeries
 
 SCENARIOS = ("one", "all", "none", "missing")
 EXPECTED = {"one": "platform_specific", "all": "common", "none": None, "missing": "inconclusive"}

@@ -8,7 +8,8 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from app.detection import (
+from app.detection import find_change_points
+from app.detection.detector import (
     DEFAULT_CONFIG,
     PlatformSeries,
     classify_change,
@@ -17,11 +18,10 @@ from app.detection import (
     detect_recent,
     effect_threshold,
     evidence_at,
-    find_change_points,
     mcnemar_exact,
+    prepare,
     two_proportion_z,
 )
-from app.detection.detector import prepare
 from tests.detection.histories import EXPECTED, SCENARIOS, make_history
 
 
