@@ -14,22 +14,10 @@ import pytest
 import requests
 
 from tests.support.runner_harness import free_port
-from tests.support.settings import ADMIN_TOKEN, REPO_ROOT
+from tests.support.settings import ADMIN_TOKEN, CATALOGUE_TOML, REPO_ROOT
 
 MAX_EXAMPLES = int(os.environ.get("PARALLAX_FUZZ_EXAMPLES", "25"))
 CHECKS = "not_a_server_error,response_schema_conformance,content_type_conformance,status_code_conformance"
-CATALOGUE = """
-[[repositories]]
-name = "demo/engine"
-url = "https://github.com/demo/engine.git"
-
-[[suites]]
-name = "decode-throughput"
-command = ["python", "-c", "print('decode')"]
-platforms = ["cuda", "rocm", "cpu"]
-"""
-
-
 def parallax(*args: str) -> list[str]:
     return [sys.executable, "-c", "import sys; from app.cli import main; sys.argv[0] = 'parallax'; main()", *args]
 
@@ -38,7 +26,7 @@ def parallax(*args: str) -> list[str]:
 @pytest.mark.postgres
 def test_schemathesis_finds_no_server_error_and_no_schema_mismatch(postgres_url, tmp_path: Path, record_examples):
     config = tmp_path / "parallax.toml"
-    config.write_text(CATALOGUE)
+    config.write_text(CATALOGUE_TOML)
     env = dict(os.environ, PARALLAX_DATABASE_URL=postgres_url, PARALLAX_CONFIG=str(config),
                PARALLAX_ADMIN_TOKEN=ADMIN_TOKEN, PARALLAX_GITHUB_WEBHOOK_SECRET="fuzz-secret",
                PARALLAX_LOG_LEVEL="WARNING", PYTHONPATH=str(REPO_ROOT))

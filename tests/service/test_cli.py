@@ -6,24 +6,15 @@ import pytest
 from click.testing import CliRunner
 
 from app.cli import main
+from tests.support.settings import CATALOGUE_TOML
 
 ROOT = Path(__file__).resolve().parents[2]
-CATALOGUE = """
-[[repositories]]
-name = "demo/engine"
-url = "https://github.com/demo/engine.git"
-
-[[suites]]
-name = "decode-throughput"
-command = ["python", "-m", "scheduler_core.jobs.decode_throughput"]
-platforms = ["cuda", "rocm", "cpu"]
-"""
 
 
 @pytest.fixture
 def env(tmp_path):
     config = tmp_path / "parallax.toml"
-    config.write_text(CATALOGUE)
+    config.write_text(CATALOGUE_TOML)
     return {"PARALLAX_DATABASE_URL": f"sqlite:///{tmp_path / 'cli.db'}", "PARALLAX_CONFIG": str(config)}
 
 

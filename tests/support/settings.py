@@ -18,6 +18,19 @@ SUITES = [
 ]
 
 
+# The same catalogue as a parallax.toml, for tests that start the real command line or server.
+CATALOGUE_TOML = """
+[[repositories]]
+name = "demo/engine"
+url = "https://github.com/demo/engine.git"
+
+[[suites]]
+name = "decode-throughput"
+command = ["python", "-c", "print('decode')"]
+platforms = ["cuda", "rocm", "cpu"]
+"""
+
+
 def make_settings(database_url: str, **overrides: object) -> Settings:
     catalogue = parse_catalogue({
         "repositories": [{"name": "demo/engine", "url": "https://github.com/demo/engine.git"}],
