@@ -9,8 +9,8 @@ from typing import Any
 import pytest
 from sqlalchemy import func, select
 
-from app.core.models import Alert, Commit, Job, JobLog, JobState, Repository, Run
-from tests.support.service_api import SHA_A, admin_headers, claim, document, queue_jobs, raw, register
+from app.core.models import Commit, Job, JobLog, JobState, Run
+from tests.support.service_api import SHA_A, admin_headers, claim, document, open_alert, queue_jobs, raw, register
 from tests.support.settings import make_settings
 
 
@@ -82,15 +82,7 @@ def test_1_nul_in_a_runner_name_or_platform_is_422(client, app, body, field):
 
 
 def test_1_nul_in_an_alert_note_is_stored_with_the_nul_replaced(client, db):
-    with db.session() as session:
-        repo = session.scalar(select(Repository))
-        commit = Commit(repository_id=repo.id, sha=SHA_A)
-        session.add(commit)
-        session.flush()
-        alert = Alert(repository_id=repo.id, branch="main", bad_commit_id=commit.id)
-        session.add(alert)
-        session.flush()
-        alert_id = alert.id
+    alert_id = open_alert(db)
     response = client.patch(f"/api/v1/alerts/{alert_id}", json={"note": "flaky\x00"}, headers=admin_headers())
     assert response.status_code == 200
     assert response.get_json()["note"] == "flaky\ufffd"

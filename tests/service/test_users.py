@@ -4,8 +4,8 @@ from click.testing import CliRunner
 from sqlalchemy import select
 
 from app.auth.tokens import create_user, hash_token
-from app.core.models import Alert, Commit, Repository, User
-from tests.support.service_api import SHA_A
+from app.core.models import User
+from tests.support.service_api import SHA_A, open_alert
 
 
 def token_for(db, name, role="maintainer"):
@@ -15,15 +15,7 @@ def token_for(db, name, role="maintainer"):
 
 @pytest.fixture
 def alert_id(db):
-    with db.session() as session:
-        repo = session.scalar(select(Repository))
-        commit = Commit(repository_id=repo.id, sha=SHA_A)
-        session.add(commit)
-        session.flush()
-        alert = Alert(repository_id=repo.id, branch="main", bad_commit_id=commit.id)
-        session.add(alert)
-        session.flush()
-        return alert.id
+    return open_alert(db)
 
 
 def test_token_is_stored_only_as_a_hash(db):

@@ -14,6 +14,22 @@ def admin_headers() -> dict[str, str]:
     return {"Authorization": f"Bearer {ADMIN_TOKEN}"}
 
 
+def open_alert(db) -> int:  # type: ignore[no-untyped-def]
+    """An untriaged alert on a new commit of the catalogue's repository; returns its id."""
+    from sqlalchemy import select
+
+    from app.core.models import Alert, Commit, Repository
+    with db.session() as session:
+        repo = session.scalar(select(Repository))
+        commit = Commit(repository_id=repo.id, sha=SHA_A)
+        session.add(commit)
+        session.flush()
+        alert = Alert(repository_id=repo.id, branch="main", bad_commit_id=commit.id)
+        session.add(alert)
+        session.commit()
+        return alert.id
+
+
 def registration_token(app) -> str:  # type: ignore[no-untyped-def]
     from app.auth.tokens import create_registration_token
     with app.extensions["parallax.db"].session() as session:
