@@ -748,7 +748,7 @@ def _hazard_alerts(session: Session, series: Series, report: ScanReport) -> None
         order = measured.index(start)
         good = measured[order - 1] if order > 0 else None
         count = max(series.points[start].samples)
-        seen = next((c for c in existing if first <= (c.details.get("bad_position") or -1) <= last), None)
+        seen = next((c for c in existing if first <= _bad_position(c) <= last), None)
         if seen is None:
             existing.append(_new_change(
                 session, series, kind="correctness", good_index=good, bad_index=start,
@@ -770,13 +770,19 @@ def _hazard_alerts(session: Session, series: Series, report: ScanReport) -> None
             for change in existing:
                 alert = change.alert
                 if (change.is_regression and alert.state in OPEN_STATES
-                        and first <= (change.details.get("bad_position") or -1) <= last
+                        and first <= _bad_position(change) <= last
                         and not change.details.get("restored_by")):
                     change.details = {**change.details, "restored_by": f"hazards 0 at {clean.sha}"}
                     if all(c.details.get("restored_by") for c in alert.changes if c.is_regression):
                         alert.state = AlertState.fixed
                         alert.updated_at = utcnow()
                         report.fixed.append(alert.id)
+
+
+def _bad_position(change: AlertChange) -> int:
+    """The change's bad commit's position in the branch history; -1 when not recorded (0 is the first commit)."""
+    position = change.details.get("bad_position")
+    return -1 if position is None else int(position)
 
 
 def _pointwise_classification(session: Session, series: Series, before: Any, after: Any, what: str) -> str:

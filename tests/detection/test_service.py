@@ -301,6 +301,18 @@ def test_hazards_arriving_out_of_order_make_one_alert_at_the_runs_first_commit(b
     assert change.alert.state == AlertState.fixed
 
 
+def test_hazards_from_the_branchs_first_commit_stay_one_change_scan_after_scan(build, db):
+    """A platform racy from the start (its first measured commit, position 0) is one alert with
+    one change however many later commits and scans repeat the count."""
+    shas = build.branch(5)
+    for value in shas:
+        build.result(value, "rocm-sim", [30.0], metric="hazards", direction="lower_is_better")
+        scan_dirty(db)
+    (change,) = changes(db)
+    assert change.details["bad_position"] == 0 and change.after_value == 30.0
+    assert change.alert.state == AlertState.new
+
+
 def test_a_hazard_count_above_zero_is_a_correctness_alert_until_it_returns_to_zero(build, db):
     shas = build.branch(6)
     for i, value in enumerate(shas[:4]):
