@@ -41,6 +41,15 @@ def percent(value: float | None) -> str:
     return "" if value is None else f"{value * 100:+.1f}%"
 
 
+def change_size(change: Any) -> str:
+    """How big an alert's change is: a percentage, or for a correctness alert the hazard count
+    (a relative change from zero hazards means nothing)."""
+    if change.alert.kind == "correctness":
+        before = "" if change.before_value is None else f" (was {change.before_value:g})"
+        return f"{change.after_value:g} hazards{before}"
+    return percent(change.relative_change)
+
+
 def number(value: float | None) -> str:
     if value is None:
         return "–"
@@ -53,7 +62,7 @@ def when(value: Any) -> str:
     return value.strftime("%Y-%m-%d %H:%M UTC") if value else "never"
 
 
-FILTERS = {"short": short_sha, "pct": percent, "num": number, "when": when}
+FILTERS = {"short": short_sha, "pct": percent, "size": change_size, "num": number, "when": when}
 
 
 def arg_choice(name: str, choices: Sequence[str], default: str | None = None) -> str | None:

@@ -86,6 +86,24 @@ def test_open_regressions_are_listed_and_marked(page, live_server, measured, db)
     assert "-18.0%" in page.locator("#alerts").inner_text()
 
 
+def test_a_correctness_alert_shows_its_hazard_count_not_a_percentage(page, live_server, measured, db):
+    with db.session() as session:
+        repo = session.scalar(select(Repository))
+        bad = session.scalar(select(Commit).where(Commit.sha == SHAS[2]))
+        good = session.scalar(select(Commit).where(Commit.sha == SHAS[1]))
+        alert = Alert(repository_id=repo.id, branch="main", kind="correctness", good_commit_id=good.id,
+                      bad_commit_id=bad.id)
+        alert.changes = [AlertChange(suite="decode-throughput", metric="hazards", platform="cuda-sim",
+                                     context_fingerprint="x", direction="lower_is_better", relative_change=17.0,
+                                     before_value=0.0, after_value=17.0, classification="platform_specific")]
+        session.add(alert)
+    page.goto(live_server.url + "/")
+    text = page.locator("#open-alerts").inner_text()
+    assert "17 hazards (was 0)" in text and "%" not in text
+    page.goto(live_server.url + "/alerts")
+    assert "17 hazards (was 0)" in page.locator("#alerts").inner_text()
+
+
 def test_a_withdrawn_alert_shows_why_under_the_invalid_filter(page, live_server, measured, db):
     with db.session() as session:
         repo = session.scalar(select(Repository))
