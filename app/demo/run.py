@@ -434,6 +434,17 @@ def _headline(alert: dict[str, Any]) -> dict[str, Any]:
     return next((c for c in alert["changes"] if c["metric"] == METRIC), alert["changes"][0])
 
 
+def _confirmation(confirmed: dict[str, Any]) -> str:
+    """'rocm-sim-only (unchanged on cpu, cuda-sim)', or each platform's verdict when they disagree."""
+    by_verdict: dict[str, list[str]] = {}
+    for platform, verdict in sorted(confirmed.get("platforms", {}).items()):
+        by_verdict.setdefault(verdict["verdict"], []).append(platform)
+    verdicts = ", ".join(f"{verdict} on {', '.join(platforms)}" for verdict, platforms in by_verdict.items())
+    if confirmed["scope"] == "inconclusive":
+        return f"confirmation inconclusive ({verdicts})"
+    return f"confirmed {confirmed['scope']} ({verdicts})"
+
+
 def _describe(alert: dict[str, Any], base: str, repo: EngineRepository) -> str:
     change = _headline(alert)
     platforms = ", ".join(change["platforms"])
@@ -449,7 +460,7 @@ def _describe(alert: dict[str, Any], base: str, repo: EngineRepository) -> str:
         size = max((stage.get("size") or 0 for stage in bisect.get("stages", [])), default=len(suspects))
         lines.append(f"    a push of {size} commits bisected (#{bisect['id']}, {bisect['state']}): "
                      f"{len(bisect.get('rounds', []))} round(s), {bisect.get('runner_jobs', 0)} runner job(s)"
-                     + (f"; confirmed {confirmed['scope']}" if confirmed.get("scope") else ""))
+                     + (f"; {_confirmation(confirmed)}" if confirmed.get("scope") else ""))
     culprit = _culprit_of(alert)
     if culprit:
         story = repo.commits.get(culprit)
