@@ -67,19 +67,55 @@ class Effect:
     after: float
 
 
-def _p_values(left: np.ndarray, right: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Two-sided Mann-Whitney U and KS p-values along the last axis (vectorised)."""
+def _scipy_p_values(left: np.ndarray, right: np.ndarray) -> tuple[float, float]:
+    """Two-sided Mann-Whitney U and KS p-values of one pair of samples."""
     with warnings.catch_warnings():
         # KS falls back from exact to asymptotic for some sizes and says so; both are fine.
         warnings.simplefilter("ignore", RuntimeWarning)
-        p_mwu = stats.mannwhitneyu(left, right, alternative="two-sided", axis=-1).pvalue
-        p_ks = stats.ks_2samp(left, right, alternative="two-sided", axis=-1).pvalue
-    return np.asarray(p_mwu, dtype=float), np.asarray(p_ks, dtype=float)
+        p_mwu = stats.mannwhitneyu(left, right, alternative="two-sided").pvalue
+        p_ks = stats.ks_2samp(left, right, alternative="two-sided").pvalue
+    return float(p_mwu), float(p_ks)
+
+
+def _rank_statistics(left: np.ndarray, right: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Per row of untied samples: Mann-Whitney U of `left`, and the KS statistic in units of
+    1 / (n_left * n_right) (an integer), from the order of the merged row."""
+    n_left, n_right = left.shape[1], right.shape[1]
+    from_left = np.argsort(np.concatenate([left, right], axis=1), axis=1, kind="stable") < n_left
+    u = (from_left * np.arange(1, n_left + n_right + 1)).sum(axis=1) - n_left * (n_left + 1) // 2
+    # The gap between the two empirical CDFs after each sorted value.
+    gaps = np.cumsum(np.where(from_left, n_right, -n_left), axis=1)
+    return u, np.abs(gaps).max(axis=1)
+
+
+# Without ties, scipy's p-values depend only on the statistic and the two sizes (exact or
+# asymptotic, chosen by the sizes). scipy costs milliseconds per call, mostly its argument
+# handling, and a search compares dozens of pairs per round (inside the duty's database
+# transaction), so each p-value is computed once per (test, statistic, sizes).
+_P_BY_STATISTIC: dict[tuple[str, int, int, int], float] = {}
+P_CACHE_LIMIT = 200_000
+
+
+def _memoised_p_values(left: np.ndarray, right: np.ndarray, u: int, d: int) -> tuple[float, float]:
+    """scipy's p-values of an untied pair whose statistics are `u` and `d` (`_rank_statistics`)."""
+    mwu_key, ks_key = ("mwu", u, len(left), len(right)), ("ks", d, len(left), len(right))
+    p_mwu, p_ks = _P_BY_STATISTIC.get(mwu_key), _P_BY_STATISTIC.get(ks_key)
+    if p_mwu is None or p_ks is None:
+        if len(_P_BY_STATISTIC) >= P_CACHE_LIMIT:
+            _P_BY_STATISTIC.clear()
+        p_mwu, p_ks = _scipy_p_values(left, right)
+        _P_BY_STATISTIC[mwu_key], _P_BY_STATISTIC[ks_key] = p_mwu, p_ks
+    return p_mwu, p_ks
 
 
 def p_values(left: Sequence[float], right: Sequence[float]) -> tuple[float, float]:
-    p_mwu, p_ks = _p_values(np.asarray(left, dtype=float), np.asarray(right, dtype=float))
-    return float(p_mwu), float(p_ks)
+    """Two-sided Mann-Whitney U and KS p-values (what scipy gives; memoised when untied)."""
+    a, b = np.asarray(left, dtype=float), np.asarray(right, dtype=float)
+    merged = np.concatenate([a, b])
+    if not np.isfinite(merged).all() or np.unique(merged).size < merged.size:
+        return _scipy_p_values(a, b)  # ties change both p-values beyond the statistic
+    u, d = _rank_statistics(a[None, :], b[None, :])
+    return _memoised_p_values(a, b, int(u[0]), int(d[0]))
 
 
 @lru_cache(maxsize=4096)
@@ -87,8 +123,16 @@ def _simulated_threshold(step: int, n_left: int, n_right: int, power: float) -> 
     rng = np.random.default_rng([20260, step + 1000, n_left, n_right])
     left = rng.standard_normal((SIMULATIONS, n_left))
     right = rng.standard_normal((SIMULATIONS, n_right)) + EFFECT_GRID ** step
-    p_mwu, p_ks = _p_values(left, right)
-    return float(np.quantile(np.minimum(p_mwu, p_ks), power))
+    p_mwu = np.asarray(stats.mannwhitneyu(left, right, alternative="two-sided", axis=-1).pvalue, dtype=float)
+    # scipy's KS loops over rows in Python (about 1 s for 2000 rows); continuous draws have no
+    # ties, so each row's KS p-value follows from its statistic, of which there are few.
+    u, d = _rank_statistics(left, right)
+    p_ks = np.empty(SIMULATIONS)
+    for value in np.unique(d):
+        rows = np.flatnonzero(d == value)
+        p_ks[rows] = _memoised_p_values(left[rows[0]], right[rows[0]], int(u[rows[0]]), int(value))[1]
+    p = np.minimum(p_mwu, p_ks)
+    return float(np.quantile(p, power))
 
 
 def same_threshold(standardised_effect: float, n_left: int, n_right: int, power: float = POWER) -> float:

@@ -15,6 +15,7 @@ from typing import Any, Iterator, TypeVar
 
 from sqlalchemy import Engine, create_engine, event, select, text
 from sqlalchemy.engine import make_url
+from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session, sessionmaker
 
 M = TypeVar("M")
@@ -76,10 +77,19 @@ class Database:
 
 def get_or_create(session: Session, model: type[M], defaults: dict[str, Any] | None = None, **keys: Any) -> M:
     """The row of `model` with these key values, added with `defaults` too (and flushed, so it
-    has its id) when missing. Callers that can race on a unique key retry on IntegrityError."""
-    row = session.scalar(select(model).filter_by(**keys).limit(1))
-    if row is None:
-        row = model(**keys, **(defaults or {}))
-        session.add(row)
-        session.flush()
+    has its id) when missing. Safe against a concurrent transaction adding the same key: the
+    insert runs in a savepoint, and when it hits the unique key the other transaction has
+    committed (PostgreSQL makes the insert wait for it), so its row is read instead."""
+    query = select(model).filter_by(**keys).limit(1)
+    row = session.scalar(query)
+    if row is not None:
+        return row
+    try:
+        with session.begin_nested():
+            row = model(**keys, **(defaults or {}))
+            session.add(row)
+    except IntegrityError:
+        row = session.scalar(query)
+        if row is None:  # not the unique key: some other constraint
+            raise
     return row

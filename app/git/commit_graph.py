@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from typing import Iterable, Sequence
 
 from sqlalchemy import select
+from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
 from app.core.clock import utcnow
@@ -23,6 +24,7 @@ from app.core.models import Branch, BranchCommit, Commit, CommitParent, PullRequ
 from app.git.mirror import CommitInfo, Mirror
 
 CHUNK = 500
+RECORD_ATTEMPTS = 3  # each retry follows a concurrent writer that committed some of the same commits
 
 
 @dataclass
@@ -51,7 +53,22 @@ def commits_by_sha(session: Session, repository: Repository, shas: Sequence[str]
 
 def record_commits(session: Session, repository: Repository, infos: Sequence[CommitInfo]) -> dict[str, Commit]:
     """Store commits with metadata and their parent edges (parents not read yet are stored as
-    bare SHAs with `graph_loaded` False). Idempotent. Returns every commit touched, by SHA."""
+    bare SHAs with `graph_loaded` False). Idempotent, and safe against concurrent transactions
+    recording the same commits (two bisects of one range started at once): the writes run in a
+    savepoint, and when they hit a unique key the other transaction has committed its rows,
+    so they are read and the rest written again. Returns every commit touched, by SHA."""
+    attempt = 1
+    while True:
+        try:
+            with session.begin_nested():
+                return _record_commits(session, repository, infos)
+        except IntegrityError:
+            if attempt >= RECORD_ATTEMPTS:
+                raise
+            attempt += 1
+
+
+def _record_commits(session: Session, repository: Repository, infos: Sequence[CommitInfo]) -> dict[str, Commit]:
     wanted = [info.sha for info in infos] + [p for info in infos for p in info.parents]
     known = commits_by_sha(session, repository, wanted)
     for sha in dict.fromkeys(wanted):

@@ -19,32 +19,13 @@ from app.core.models import Alert, AlertChange, Bisect, Commit, Job, Repository
 from app.git.workdir import git
 from runners.client import Client
 from tests.bisect.noise import NoisyHistory
+from tests.bisect.upstream import Upstream
 from tests.support.live_server import LiveServer
 from tests.support.service_api import document, registration_token
 from tests.support.settings import ADMIN_TOKEN, make_settings
 
 SUITE, METRIC = "decode-throughput", "output_throughput"
 HEADERS = {"Authorization": f"Bearer {ADMIN_TOKEN}"}
-
-
-class Upstream:
-    """A real repository: `linear(n)` commits on main; `merge_branch` merges a side branch."""
-
-    def __init__(self, path: Path) -> None:
-        self.path = path
-        path.mkdir(parents=True)
-        git(path, "init", "-q", "-b", "main")
-        self.counter = 0
-
-    def commit(self) -> str:
-        self.counter += 1
-        (self.path / f"f{self.counter % 7}.txt").write_text(f"change {self.counter}\n")
-        git(self.path, "add", "-A")
-        git(self.path, "commit", "-q", "-m", f"commit {self.counter}")
-        return git(self.path, "rev-parse", "HEAD")
-
-    def linear(self, n: int) -> list[str]:
-        return [self.commit() for _ in range(n)]
 
 
 @pytest.fixture

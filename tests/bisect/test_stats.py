@@ -72,3 +72,29 @@ def test_the_effect_interval_holds_the_true_change_about_95_times_in_100() -> No
         held += found.ci_low <= -0.08 <= found.ci_high
         assert found.ci_high - found.ci_low < 0.06
     assert held >= 88
+
+
+def test_memoised_p_values_are_scipys_for_any_sizes_with_and_without_ties() -> None:
+    from scipy import stats
+    rng = np.random.default_rng(5)
+    for trial in range(400):
+        n_left, n_right = (int(n) for n in rng.integers(1, 31, 2))
+        left, right = rng.normal(100, 3, n_left), rng.normal(100 + rng.normal(0, 4), 3, n_right)
+        if trial % 4 == 0:
+            left, right = np.round(left), np.round(right)  # ties
+        expected = (stats.mannwhitneyu(left, right, alternative="two-sided").pvalue,
+                    stats.ks_2samp(left, right, alternative="two-sided").pvalue)
+        assert p_values(list(left), list(right)) == expected, (n_left, n_right, trial)
+
+
+def test_the_simulated_threshold_is_the_one_scipy_gives_row_by_row() -> None:
+    from scipy import stats
+
+    from app.bisect.stats import EFFECT_GRID, POWER, SIMULATIONS, _simulated_threshold
+    step, n_left, n_right = 20, 5, 7
+    rng = np.random.default_rng([20260, step + 1000, n_left, n_right])
+    left = rng.standard_normal((SIMULATIONS, n_left))
+    right = rng.standard_normal((SIMULATIONS, n_right)) + EFFECT_GRID ** step
+    p = [min(stats.mannwhitneyu(a, b, alternative="two-sided").pvalue, stats.ks_2samp(a, b).pvalue)
+         for a, b in zip(left, right)]
+    assert _simulated_threshold(step, n_left, n_right, POWER) == float(np.quantile(p, POWER))
