@@ -10,6 +10,10 @@ receives each request's KV and first token through a transfer and decodes it to 
 - Both have a normal and an overlap version (``overlap=True``): the overlap versions launch batch
   N before processing N-1 through ``OverlapPipeline``, so the WAR barrier, the copy stream and the
   forward-prepare D2H stream apply in both loops exactly as the sync policy says.
+- In one process the KV handover crosses streams (the prefill side gathers on its stream, the
+  decode side writes on its own), ordered as a GPU engine orders it: the prefill side records an
+  event after the gather, the decode side waits on it before writing and marks the tensors used by
+  its stream (``record_stream``), so the allocator does not reuse them under the write.
 - Transfers: ``InProcTransfer`` (a queue; both workers stepped in turn in one thread by
   ``run_inproc``) and ``DistTransfer`` (two processes over ``torch.distributed``, rank 0 prefill
   and rank 1 decode, started by ``run_distributed`` with ``torch.multiprocessing`` spawn on a free
@@ -33,6 +37,7 @@ from typing import Any, Callable
 import torch
 
 from scheduler_core.batch import FinishReason, Req, ScheduleBatch, release
+from scheduler_core.device import Device, Event
 from scheduler_core.overlap import InFlight, OverlapLoop, OverlapPipeline, scheduler_device_and_policy
 from scheduler_core.records import BatchResult
 from scheduler_core.sampling import SamplingParams
@@ -59,6 +64,7 @@ class Handoff:
     text: str = ""
     k: torch.Tensor | None = None  # [layers, len(input_ids), kv_heads, head_dim]
     v: torch.Tensor | None = None
+    ready: Event | None = None  # in-process: recorded on the producing stream after k and v were gathered
 
     def to_req(self) -> Req:
         req = Req(rid=self.rid, input_ids=list(self.input_ids), sampling=self.sampling, prompt=self.prompt,
@@ -135,7 +141,7 @@ class DistTransfer(Transfer):
         self.dist.send(torch.tensor([kind, nbytes, tokens], dtype=torch.int64, device=self.comm_device), self.peer)
 
     def send(self, item: Handoff) -> None:
-        meta = pickle.dumps(dataclasses.replace(item, k=None, v=None))
+        meta = pickle.dumps(dataclasses.replace(item, k=None, v=None, ready=None))
         kind = _NO_KV if item.k is None else _HANDOFF
         self._send_header(kind, len(meta), 0 if item.k is None else item.k.shape[1])
         self.dist.send(torch.frombuffer(bytearray(meta), dtype=torch.uint8).to(self.comm_device), self.peer)
@@ -202,7 +208,7 @@ class PrefillWorker:
         self.pipe: OverlapPipeline | None = None
         if overlap:
             device, policy = scheduler_device_and_policy(sched)
-            self.pipe = OverlapPipeline(sched, device, policy)
+            self.pipe = OverlapPipeline(sched, device, policy, prefix="prefill.")
         self.pending: InFlight | None = None
         self.ended = False
 
@@ -243,6 +249,7 @@ class PrefillWorker:
     def _hand_off(self, batch: ScheduleBatch, result: BatchResult) -> None:
         now = time.perf_counter()
         pools = self.sched.pools
+        device, _ = scheduler_device_and_policy(self.sched)
         for req, tok, gap in zip(batch.reqs, result.next_token_ids, result.margins):
             if tok is None:  # a chunk of a longer prompt: its prefill goes on
                 continue
@@ -252,15 +259,18 @@ class PrefillWorker:
             slots = pools.req_to_token.req_to_token[req.req_pool_idx, : req.kv_len].to(pools.kv_cache.k.device)
             k = pools.kv_cache.k.index_select(1, slots)
             v = pools.kv_cache.v.index_select(1, slots)
-            self.transfer.send(_handoff(req, k, v))
+            device.name_buffer(k, "handoff.k")
+            device.name_buffer(v, "handoff.v")
+            # The consumer may be on another stream: it waits for this event before reading k and v.
+            self.transfer.send(_handoff(req, k, v, device.current_stream().record_event()))
             release(req, pools, cache=True)
 
 
-def _handoff(req: Req, k: torch.Tensor | None, v: torch.Tensor | None) -> Handoff:
+def _handoff(req: Req, k: torch.Tensor | None, v: torch.Tensor | None, ready: Event | None = None) -> Handoff:
     return Handoff(rid=req.rid, input_ids=req.input_ids, sampling=req.sampling, prompt=req.prompt,
                    arrival=req.arrival, output_ids=list(req.output_ids), margins=list(req.margins),
                    token_times=list(req.token_times), cached_tokens=req.cached_tokens,
-                   finish_reason=req.finish_reason, text=req.text, k=k, v=v)
+                   finish_reason=req.finish_reason, text=req.text, k=k, v=v, ready=ready)
 
 
 # ------------------------------------------------------------------------------------------- decode
@@ -274,7 +284,7 @@ class DecodeWorker:
         self.sched = sched
         self.transfer = transfer
         self.on_finish = on_finish
-        self.loop = OverlapLoop(sched, on_finish) if overlap else None
+        self.loop = OverlapLoop(sched, on_finish, prefix="decode.") if overlap else None
         self.queue: collections.deque[Handoff] = collections.deque()
         self.ended = False
         self.received = 0
@@ -317,6 +327,7 @@ class DecodeWorker:
         """Move queued handoffs into the running batch while a row and their KV fit; the first
         token's finish check runs here (a request may end on it)."""
         sched, pools = self.sched, self.sched.pools
+        device, _ = scheduler_device_and_policy(sched)
         tokenizer, max_context = sched.loaded.tokenizer, sched.loaded.config.max_context
         while self.queue:
             item = self.queue[0]
@@ -336,9 +347,21 @@ class DecodeWorker:
             pools.req_to_token.write(req.req_pool_idx, 0, slots)
             req.kv_len, req.tree_len, req.last_node = n, 0, None
             dst = slots.to(pools.kv_cache.k.device)
-            pools.kv_cache.k.index_copy_(1, dst, item.k.to(pools.kv_cache.k.device))
-            pools.kv_cache.v.index_copy_(1, dst, item.v.to(pools.kv_cache.v.device))
+            k, v = item.k.to(pools.kv_cache.k.device), item.v.to(pools.kv_cache.v.device)
+            if item.ready is not None:  # in-process handover: the gather ran on the prefill side's stream
+                wait_for_handoff(device, item.ready, (k, v))
+            pools.kv_cache.k.index_copy_(1, dst, k)
+            pools.kv_cache.v.index_copy_(1, dst, v)
             sched.running.merge(ScheduleBatch([req]))
+
+
+def wait_for_handoff(device: Device, ready: Event, tensors: tuple[torch.Tensor, ...]) -> None:
+    """The current stream waits until the producer's gather is done, and ``tensors`` count as used by
+    it (``record_stream``): the producer's allocator must not reuse them before this stream's write."""
+    stream = device.current_stream()
+    stream.wait_event(ready)
+    for t in tensors:
+        device.record_stream(t, stream)
 
 
 # ------------------------------------------------------------------------------------------ drivers

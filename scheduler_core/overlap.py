@@ -155,18 +155,19 @@ class RelayError(RuntimeError):
 class OverlapPipeline:
     """Streams, the future map and the forward-prepare buffers of one overlapped scheduler."""
 
-    def __init__(self, scheduler: Scheduler, device: Device, policy: ActivePolicy) -> None:
+    def __init__(self, scheduler: Scheduler, device: Device, policy: ActivePolicy, prefix: str = "") -> None:
+        """``prefix`` starts the streams' names (two pipelines on one device: "prefill.", "decode.")."""
         self.scheduler = scheduler
         self.device = device
         self.policy = policy
         rows = scheduler.config.max_running_requests + 1
-        self.schedule = device.new_stream("schedule")
-        self.forward = device.new_stream("forward")
-        self.copy: Stream | None = device.new_stream("copy") if policy.copy_stream else None
+        self.schedule = device.new_stream(f"{prefix}schedule")
+        self.forward = device.new_stream(f"{prefix}forward")
+        self.copy: Stream | None = device.new_stream(f"{prefix}copy") if policy.copy_stream else None
         self.prepare_d2h: Stream | None = None
         self._pinned: list[torch.Tensor] = []
         if policy.fwd_prepare_d2h:
-            self.prepare_d2h = device.new_stream("fwd_prepare_d2h")
+            self.prepare_d2h = device.new_stream(f"{prefix}fwd_prepare_d2h")
             # Two buffers: batch N+1 is launched before batch N's copy is read.
             self._pinned = [device.empty_pinned((rows,), torch.int64) for _ in range(2)]
         self._launches = 0
@@ -340,11 +341,11 @@ class OverlapLoop:
     ``sched.overlap_consecutive_prefill`` off, an extend batch waits for the extend batch before it.
     """
 
-    def __init__(self, sched: Scheduler, on_finish: Callable[[Req], None] | None = None) -> None:
+    def __init__(self, sched: Scheduler, on_finish: Callable[[Req], None] | None = None, prefix: str = "") -> None:
         self.sched = sched
         self.on_finish = on_finish
         self.device, self.policy = scheduler_device_and_policy(sched)
-        self.pipe = OverlapPipeline(sched, self.device, self.policy)
+        self.pipe = OverlapPipeline(sched, self.device, self.policy, prefix)
         self.pending: InFlight | None = None
 
     def busy(self) -> bool:

@@ -20,21 +20,21 @@ from __future__ import annotations
 
 import os
 import random
-import sys
 import time
+import weakref
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Any, Iterator, Sequence
+from typing import Any, Iterator, NamedTuple, Sequence
 
 import torch
-from torch.multiprocessing.reductions import StorageWeakRef
+from torch._C._profiler import gather_traceback, symbolize_tracebacks
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils.flop_counter import flop_registry
 
 from scheduler_core.device import DEFAULT_STREAM, Device, Event, Stream
 from scheduler_core.platform import Platform
 from scheduler_core.sim.profile import Profile, load_profile
-from scheduler_core.sim.race import HOST, Clock, Hazard, RaceDetector
+from scheduler_core.sim.race import HOST, Clock, Hazard, RaceDetector, format_stack
 from scheduler_core.sim.timeline import Timeline
 
 NOISE_ENV = "PARALLAX_SIM_NOISE"
@@ -43,6 +43,10 @@ SEED_ENV = "PARALLAX_SIM_SEED"
 ATTEMPT_ENV = "PARALLAX_ATTEMPT"
 JOB_ENV = "PARALLAX_JOB_ID"
 STACK_DEPTH = 8
+# torch's storage weak references as plain integers (what StorageWeakRef wraps, without a Python
+# object and a bound method per block, which the garbage collector would have to walk).
+_expired = torch.UntypedStorage._expired
+_free_weak_ref = torch.UntypedStorage._free_weak_ref
 # Ops that only read a value into Python (``int(t)``) or only describe a tensor: no device work.
 _IGNORED = {torch.ops.aten._local_scalar_dense.default, torch.ops.aten.lift_fresh.default,
             torch.ops.aten.detach.default, torch.ops.aten.alias.default}
@@ -108,22 +112,46 @@ class _OpRecorder(TorchDispatchMode):
         super().__init__()
         self.device = device
 
+    @classmethod
+    def _should_skip_dynamo(cls) -> bool:
+        # TorchDispatchMode wraps the hook in a torch._dynamo.disable by default; the simulator never
+        # runs under torch.compile, and the wrapper costs more than many of the ops it sees.
+        return False
+
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # type: ignore[override]
-        kwargs = kwargs or {}
+        dev = self.device
+        if not dev._measure_host:
+            # func._op is what OpOverload.__call__ calls: one Python frame less per op.
+            out = func._op(*args, **kwargs) if kwargs else func._op(*args)
+            if not dev._paused:
+                dev._on_op(func, args, kwargs, out)
+            return out
         start = time.perf_counter()
-        out = func(*args, **kwargs)
-        if not self.device._paused:
-            self.device._on_op(func, args, kwargs, out)
-        self.device._dispatch_s += time.perf_counter() - start
+        out = func._op(*args, **kwargs) if kwargs else func._op(*args)
+        if not dev._paused:
+            dev._on_op(func, args, kwargs, out)
+        dev._dispatch_s += time.perf_counter() - start
         return out
 
 
 @dataclass(frozen=True)
 class _OpInfo:
     name: str
-    view: bool
-    write_args: tuple[int, ...]
-    write_kwargs: tuple[str, ...]
+    skip: bool  # no device work: a view (metadata only) or one of _IGNORED
+    write_args: frozenset[int]
+    write_kwargs: frozenset[str]
+    mutates: bool  # some argument is written (else the outputs are what the op writes)
+    flops: Any  # torch.utils.flop_counter's formula for the op, or None
+
+
+class _Label(NamedTuple):  # a tuple of untracked values: see race.Access
+    """A fresh block's name, formatted only when a report names it."""
+
+    shape: tuple[int, ...]
+    dtype: torch.dtype
+
+    def __str__(self) -> str:
+        return f"tensor{list(self.shape)} {str(self.dtype).removeprefix('torch.')}"
 
 
 class SimDevice(Device):
@@ -136,7 +164,7 @@ class SimDevice(Device):
         self.platform = platform
         self.profile = profile or load_profile(platform.profile or "")
         self.torch_device = torch.device("cpu")
-        self.detector = RaceDetector()
+        self.detector = RaceDetector(format_stack=_format_stack)
         self.timeline = Timeline(keep_spans=keep_spans)
         self.ready: dict[int, float] = {}
         self.streams: list[SimStream] = []
@@ -152,6 +180,10 @@ class SimDevice(Device):
         self.host_time = host_time or os.environ.get(HOST_TIME_ENV, "fixed")
         if self.host_time not in ("fixed", "measured"):
             raise ValueError(f"{HOST_TIME_ENV}={self.host_time!r}: use fixed or measured")
+        self._measure_host = self.host_time == "measured"
+        p = self.profile  # the hot path's constants, computed as the formulas in the docs write them
+        self._matmul_rate, self._vector_rate, self._hbm_rate = p.matmul_tflops * 1e6, p.vector_tflops * 1e6, p.hbm_gbps * 1e3
+        self._launch_us = p.kernel_launch_us
         self._dispatch_s = 0.0
         self._step_started = (0.0, 0.0)
         self._default = self.new_stream(DEFAULT_STREAM)
@@ -160,7 +192,9 @@ class SimDevice(Device):
         self._mode = _OpRecorder(self)
         self._paused = False
         self._ops: dict[Any, _OpInfo] = {}
-        self._refs: dict[int, StorageWeakRef] = {}
+        self._flop_cache: dict[tuple, float] = {}
+        self._refs: dict[int, int] = {}  # data pointer -> weak reference to the storage there
+        weakref.finalize(self, _release, self._refs)
         self._device_mem: set[int] = set()  # blocks of device memory (the rest is host memory)
         self.begin_run()
 
@@ -338,21 +372,31 @@ class SimDevice(Device):
         if ptr == 0:
             return None
         ref = self._refs.get(ptr)
-        if ref is None or ref.expired():
-            if ref is not None:
-                self.detector.free(ptr)
-                self._device_mem.discard(ptr)
-            self._refs[ptr] = StorageWeakRef(storage)
-            self.detector.allocate(ptr, actor, f"tensor{list(t.shape)} {str(t.dtype).removeprefix('torch.')}")
+        if ref is None or _expired(ref):
+            self._fresh(ptr, storage, t, actor, ref)
         return ptr
+
+    def _fresh(self, ptr: int, storage: Any, t: torch.Tensor, actor: int, dead: int | None) -> None:
+        """A new block at ``ptr``; ``dead`` is the weak reference to the storage that was there."""
+        if dead is not None:
+            self._drop(ptr, dead)
+        self._refs[ptr] = storage._weak_ref()
+        self.detector.allocate(ptr, actor, _Label(t.shape, t.dtype))
+
+    def _drop(self, ptr: int, dead: int) -> None:
+        """The storage at ``ptr`` has died (its address is being reused): free its block."""
+        _free_weak_ref(dead)
+        self.detector.free(ptr)
+        self._device_mem.discard(ptr)
 
     def _sweep(self) -> None:
         """Free the blocks other streams used whose storage has died since the last look."""
         cross = self.detector.cross
         if not cross:
             return
-        for key in [k for k in cross if self._refs[k].expired()]:
-            del self._refs[key]
+        refs = self._refs
+        for key in [k for k in cross if _expired(refs[k])]:
+            _free_weak_ref(refs.pop(key))
             self._device_mem.discard(key)
             self.detector.free(key, "free (host drops the last reference)")
 
@@ -362,14 +406,15 @@ class SimDevice(Device):
             schema = func._schema
             writes = [(i, a.name) for i, a in enumerate(schema.arguments)
                       if a.alias_info is not None and a.alias_info.is_write]
-            info = _OpInfo(name=str(func.name()).removeprefix("aten::"), view=bool(func.is_view),
-                           write_args=tuple(i for i, _ in writes), write_kwargs=tuple(n for _, n in writes))
+            info = _OpInfo(name=str(func.name()).removeprefix("aten::"), skip=func in _IGNORED or bool(func.is_view),
+                           write_args=frozenset(i for i, _ in writes), write_kwargs=frozenset(n for _, n in writes),
+                           mutates=bool(writes), flops=flop_registry.get(func._overloadpacket))
             self._ops[func] = info
         return info
 
     def _is_device(self, t: torch.Tensor) -> bool:
         ptr = t.untyped_storage().data_ptr()
-        return ptr in self._device_mem and not self._refs[ptr].expired()
+        return ptr in self._device_mem and not _expired(self._refs[ptr])
 
     def mark_device(self, tensor: torch.Tensor) -> None:
         """``tensor``'s memory is device memory: ops touching it are device work (timed, checked)."""
@@ -377,47 +422,116 @@ class SimDevice(Device):
         if key is not None:
             self._device_mem.add(key)
 
-    def _on_op(self, func, args: tuple, kwargs: dict, out: Any) -> None:
-        if func in _IGNORED:
-            return
-        info = self._info(func)
-        if info.view:
-            return  # metadata only: no device work, no memory access
-        inputs = [(i, t) for i, arg in enumerate(args) for t in _tensors(arg)]
-        inputs += [(name, t) for name, arg in kwargs.items() for t in _tensors(arg)]
-        if not any(self._is_device(t) for _, t in inputs):
-            return  # host work on host memory: part of the host step, invisible to the device
+    def _on_op(self, func, args: tuple, kwargs: dict | None, out: Any) -> None:
+        # The hot path: it runs for every aten op inside a host step, so it is written flat (``_key``,
+        # ``_is_device`` and ``_run`` inlined). Host work on host memory leaves after one storage
+        # lookup per tensor argument; a device op costs one pass over its tensors.
+        info = self._ops.get(func) or self._info(func)
+        if info.skip:
+            return  # metadata only, or no device work
+        device_mem = self._device_mem
+        refs = self._refs
+        for arg in args:
+            if isinstance(arg, torch.Tensor):
+                ptr = arg.untyped_storage().data_ptr()
+                if ptr in device_mem and not _expired(refs[ptr]):
+                    break
+            elif isinstance(arg, (list, tuple)) and self._any_on_device(arg):
+                break
+        else:
+            if not kwargs or not self._any_on_device(kwargs.values()):
+                return  # host work on host memory: part of the host step, invisible to the device
         s = self._stack[-1]
         sid = s.sid
         reads: list[int] = []
         writes: list[int] = []
         nbytes = 0
-        device_mem = self._device_mem
-        for where, t in inputs:
-            key = self._key(t, sid)
-            if key is not None:
-                written = where in info.write_args if isinstance(where, int) else where in info.write_kwargs
-                (writes if written else reads).append(key)
-                device_mem.add(key)  # host memory a kernel reads is copied to the device first
-                nbytes += t.numel() * t.element_size()
+        write_args = info.write_args
+        for i, arg in enumerate(args):
+            for t in ((arg,) if isinstance(arg, torch.Tensor) else _tensors(arg)):
+                storage = t.untyped_storage()
+                ptr = storage.data_ptr()
+                if ptr == 0:
+                    continue
+                ref = refs.get(ptr)
+                if ref is None or _expired(ref):
+                    self._fresh(ptr, storage, t, sid, ref)
+                (writes if i in write_args else reads).append(ptr)
+                device_mem.add(ptr)  # host memory a kernel reads is copied to the device first
+                nbytes += t.nbytes
+        if kwargs:
+            for name, arg in kwargs.items():
+                for t in _tensors(arg):
+                    key = self._key(t, sid)
+                    if key is not None:
+                        (writes if name in info.write_kwargs else reads).append(key)
+                        device_mem.add(key)
+                        nbytes += t.nbytes
         out_numel = 0
-        if not info.write_args and not info.write_kwargs:
-            for t in _tensors(out):
-                key = self._key(t, sid)
-                if key is not None:
-                    writes.append(key)
-                    device_mem.add(key)
-                    out_numel += t.numel()
-                    nbytes += t.numel() * t.element_size()
-        p = self.profile
-        count = flop_registry.get(func._overloadpacket)
-        if count is not None:
-            compute = count(*args, **kwargs, out_val=out) / (p.matmul_tflops * 1e6)
+        fresh: list[tuple[int, _Label]] = []  # outputs in new memory: written first by this op
+        if not info.mutates:
+            for t in ((out,) if isinstance(out, torch.Tensor) else _tensors(out)):
+                storage = t.untyped_storage()
+                ptr = storage.data_ptr()
+                if ptr == 0:
+                    continue
+                ref = refs.get(ptr)
+                if ref is None or _expired(ref):
+                    if ref is not None:
+                        self._drop(ptr, ref)
+                    refs[ptr] = storage._weak_ref()
+                    fresh.append((ptr, _Label(t.shape, t.dtype)))
+                else:
+                    writes.append(ptr)
+                device_mem.add(ptr)
+                out_numel += t.numel()
+                nbytes += t.nbytes
+        if info.flops is not None:
+            compute = self._flops(func, info, args, kwargs, out) / self._matmul_rate
         else:
-            compute = out_numel / (p.vector_tflops * 1e6)
-        memory = nbytes / (p.hbm_gbps * 1e3)
-        self._run(s, info.name, (p.kernel_launch_us + max(compute, memory)) * self.speed)
-        self.detector.op(sid, info.name, reads, writes, _stack())
+            compute = out_numel / self._vector_rate
+        memory = nbytes / self._hbm_rate
+        ready = self.ready
+        timeline = self.timeline
+        start = max(ready[sid], timeline.host_us)
+        end = start + (self._launch_us + max(compute, memory)) * self.speed
+        ready[sid] = end
+        timeline.add(s.name, info.name, start, end)
+        self.detector.op(sid, info.name, reads, writes, gather_traceback(True, False, False), fresh)
+
+    def _any_on_device(self, values: Any) -> bool:
+        refs = self._refs
+        for t in values:
+            for v in ((t,) if isinstance(t, torch.Tensor) else _tensors(t)):
+                ptr = v.untyped_storage().data_ptr()
+                if ptr in self._device_mem and not _expired(refs[ptr]):
+                    return True
+        return False
+
+    def _flops(self, func, info: _OpInfo, args: tuple, kwargs: dict | None, out: Any) -> float:
+        """The op's FLOP count from torch's formula, cached per op and argument shapes."""
+        shape_key = (func, _shape_key(args), _shape_key(out))
+        flops = self._flop_cache.get(shape_key) if not kwargs else None
+        if flops is None:
+            flops = info.flops(*args, **(kwargs or {}), out_val=out)
+            if not kwargs:
+                self._flop_cache[shape_key] = flops
+        return flops
+
+
+def _release(refs: dict[int, int]) -> None:
+    for ref in refs.values():
+        _free_weak_ref(ref)
+    refs.clear()
+
+
+def _shape_key(value: Any) -> Any:
+    """``value`` with every tensor replaced by its shape (what a FLOP formula reads of it)."""
+    if isinstance(value, torch.Tensor):
+        return tuple(value.shape)
+    if isinstance(value, (list, tuple)):
+        return tuple(_shape_key(v) for v in value)
+    return value
 
 
 def _tensors(value: Any) -> Iterator[torch.Tensor]:
@@ -432,20 +546,16 @@ def _tensors(value: Any) -> Iterator[torch.Tensor]:
 _SKIP = (os.path.dirname(torch.__file__) + os.sep, os.path.dirname(__file__) + os.sep, "contextlib.py")
 
 
-_KEEP_FRAME: dict[Any, bool] = {}
+def _stack() -> Any:
+    """The Python stack here, as torch's C++ traceback gatherer captures it: code objects and
+    instruction offsets (no frame kept alive, nothing formatted); ``_format_stack`` reads it."""
+    return gather_traceback(True, False, False)
 
 
-def _stack() -> tuple[tuple[str, int, str], ...]:
-    """The innermost Python frames outside torch and the simulator (file, line, function)."""
-    frames = []
-    f = sys._getframe(2)
-    while f is not None and len(frames) < STACK_DEPTH:
-        code = f.f_code
-        keep = _KEEP_FRAME.get(code)
-        if keep is None:
-            name = code.co_filename
-            keep = _KEEP_FRAME[code] = not name.startswith(_SKIP[:2]) and not name.endswith(_SKIP[2])
-        if keep:
-            frames.append((code.co_filename, f.f_lineno, code.co_name))
-        f = f.f_back
-    return tuple(frames)
+def _format_stack(stack: Any) -> tuple[str, ...]:
+    """The innermost frames outside torch and the simulator, as ``file:line in function``."""
+    if isinstance(stack, tuple):
+        return format_stack(stack)
+    frames = symbolize_tracebacks([stack])[0]
+    kept = [f for f in frames if not f["filename"].startswith(_SKIP[:2]) and not f["filename"].endswith(_SKIP[2])]
+    return tuple(f"{f['filename']}:{f['line']} in {f['name']}" for f in kept[:STACK_DEPTH])

@@ -18,22 +18,28 @@ This module knows nothing about torch, so the fuzz test drives it directly.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from typing import Hashable
+from dataclasses import dataclass
+from typing import Callable, Hashable, NamedTuple
 
 HOST = 0
 Clock = tuple[int, ...]
 
 
-@dataclass(frozen=True)
-class Access:
+class Access(NamedTuple):
+    # A tuple, not a dataclass: one is made per access, and a tuple of untracked values (the stack
+    # handle included) is dropped from the garbage collector's lists, whose full passes would
+    # otherwise cost more than the checks.
     actor: int
     epoch: int
     op: str
-    stack: tuple = ()  # strings, or (file, line, function) frames
+    stack: object = ()  # a tuple of strings or (file, line, function) frames, or the handle a
+    # ``RaceDetector(format_stack=...)`` formats when a report names the access
 
 
-def format_stack(stack: tuple) -> tuple[str, ...]:
+def format_stack(stack: object) -> tuple[str, ...]:
+    """Frames as ``file:line in function`` (strings pass through)."""
+    if not isinstance(stack, tuple):
+        raise TypeError(f"a stack handle of type {type(stack).__name__} needs RaceDetector(format_stack=...)")
     return tuple(f"{f[0]}:{f[1]} in {f[2]}" if isinstance(f, tuple) else str(f) for f in stack)
 
 
@@ -60,16 +66,17 @@ class Hazard:
         return "\n".join(lines)
 
 
-@dataclass
+@dataclass(slots=True)
 class Block:
-    name: str
+    name: object  # str() of it names the buffer (formatted only for a report)
     owner: int  # the actor whose allocation made it (a caching allocator's pool stream)
     write: Access | None = None
-    reads: dict[int, Access] = field(default_factory=dict)
-    recorded: set[int] = field(default_factory=set)  # actors named by record_stream
+    reads: dict[int, Access] | None = None  # the last read per actor (None until one: most blocks of
+    # a forward are written once and read once, and every object here is one more for the GC)
+    recorded: tuple[int, ...] = ()  # actors named by record_stream (rare: no set per block)
 
     def users(self) -> list[Access]:
-        out = list(self.reads.values())
+        out = list(self.reads.values()) if self.reads else []
         if self.write is not None:
             out.append(self.write)
         return out
@@ -78,7 +85,8 @@ class Block:
 class RaceDetector:
     """Vector clocks for the host and each stream, and per-block access history."""
 
-    def __init__(self) -> None:
+    def __init__(self, format_stack: Callable[[object], tuple[str, ...]] = format_stack) -> None:
+        self.format_stack = format_stack
         self.names: list[str] = ["host"]
         self.clocks: list[list[int]] = [[0]]
         self.blocks: dict[Hashable, Block] = {}
@@ -144,9 +152,11 @@ class RaceDetector:
 
     # -- memory -----------------------------------------------------------------------------------
     def op(self, actor: int, op: str, reads: list[Hashable], writes: list[Hashable],
-           stack: tuple = ()) -> list[Hazard]:
-        """One operation by ``actor`` reading and writing the given blocks; returns new hazards."""
-        if actor != HOST:
+           stack: object = (), fresh: list[tuple[Hashable, object]] = ()) -> list[Hazard]:  # type: ignore[assignment]
+        """One operation by ``actor`` reading and writing the given blocks; returns new hazards.
+        ``fresh`` lists blocks (key, name) this op allocates and writes first (``allocate`` plus a
+        write, which cannot race)."""
+        if actor != HOST and self._seen_host[actor] != self._host_version:
             self.launch(actor)
         clock = self.clocks[actor]
         clock[actor] += 1
@@ -154,28 +164,40 @@ class RaceDetector:
             self._host_version += 1
         access = Access(actor, clock[actor], op, stack)
         found: list[Hazard] = []
-        written = set(writes)
+        blocks = self.blocks
+        # Inlined ``ordered``: an earlier access is ordered when it is this actor's own or this
+        # actor's clock has reached it (this loop runs for every device op).
         for key in reads:
-            if key in written:
+            if writes and key in writes:
                 continue
-            block = self._block(key, actor)
-            if block.write is not None and not self.ordered(block.write, actor):
-                found.append(self._hazard("read-after-write", block, block.write, access))
-            block.reads[actor] = access
+            block = blocks.get(key) or self._block(key, actor)
+            last = block.write
+            if last is not None and last.actor != actor and clock[last.actor] < last.epoch:
+                found.append(self._hazard("read-after-write", block, last, access))
+            if block.reads is None:
+                block.reads = {actor: access}
+            else:
+                block.reads[actor] = access
             if actor != block.owner:
                 self.cross.add(key)
         for key in writes:
-            block = self._block(key, actor)
-            if block.write is not None and not self.ordered(block.write, actor):
-                found.append(self._hazard("write-after-write", block, block.write, access))
-            for other in block.reads.values():
-                if not self.ordered(other, actor):
-                    found.append(self._hazard("write-after-read", block, other, access))
+            block = blocks.get(key) or self._block(key, actor)
+            last = block.write
+            if last is not None and last.actor != actor and clock[last.actor] < last.epoch:
+                found.append(self._hazard("write-after-write", block, last, access))
+            if block.reads:
+                for other in block.reads.values():
+                    if other.actor != actor and clock[other.actor] < other.epoch:
+                        found.append(self._hazard("write-after-read", block, other, access))
+                block.reads = None
             block.write = access
-            block.reads = {}
             if actor != block.owner:
                 self.cross.add(key)
-        self.hazards += found
+        for key, name in fresh:
+            self.blocks[key] = Block(name, actor, access)
+            self.cross.discard(key)
+        if found:
+            self.hazards += found
         return found
 
     def _block(self, key: Hashable, actor: int) -> Block:
@@ -184,7 +206,7 @@ class RaceDetector:
             block = self.blocks[key] = Block(name=str(key), owner=actor)
         return block
 
-    def allocate(self, key: Hashable, actor: int, name: str | None = None) -> None:
+    def allocate(self, key: Hashable, actor: int, name: object = None) -> None:
         """A fresh block owned by ``actor`` (forgets any earlier block under ``key``)."""
         self.blocks[key] = Block(name=name or str(key), owner=actor)
         self.cross.discard(key)
@@ -193,13 +215,17 @@ class RaceDetector:
         self._block(key, HOST).name = name
 
     def record_stream(self, key: Hashable, stream: int) -> None:
-        self._block(key, stream).recorded.add(stream)
+        block = self._block(key, stream)
+        if stream not in block.recorded:
+            block.recorded += (stream,)
 
     def free(self, key: Hashable, op: str = "free", stack: tuple = ()) -> list[Hazard]:
         """The host frees the block: every unrecorded use by another actor must be ordered before
         the owning stream's current position, or the allocator may reuse the block under it.
         Host-owned (pinned) blocks are exempt: the host allocator tracks their copies itself."""
         block = self.blocks.pop(key, None)
+        if key not in self.cross:  # only its owner used it: nothing can still be using it
+            return []
         self.cross.discard(key)
         if block is None or block.owner == HOST:
             return []
@@ -211,12 +237,12 @@ class RaceDetector:
                 continue
             if owner_clock[use.actor] >= use.epoch or host_clock[use.actor] >= use.epoch:
                 continue
-            found.append(Hazard("use-after-free", block.name, use.op, self.names[use.actor], format_stack(use.stack),
+            found.append(Hazard("use-after-free", str(block.name), use.op, self.names[use.actor], self.format_stack(use.stack),
                                 f"{op} (block returns to stream {self.names[block.owner]!r}'s pool)",
-                                self.names[HOST], format_stack(stack)))
+                                self.names[HOST], self.format_stack(stack)))
         self.hazards += found
         return found
 
     def _hazard(self, kind: str, block: Block, first: Access, second: Access) -> Hazard:
-        return Hazard(kind, block.name, first.op, self.names[first.actor], format_stack(first.stack),
-                      second.op, self.names[second.actor], format_stack(second.stack))
+        return Hazard(kind, str(block.name), first.op, self.names[first.actor], self.format_stack(first.stack),
+                      second.op, self.names[second.actor], self.format_stack(second.stack))

@@ -2,17 +2,22 @@
 
 Spans are kept per stream (plus the host's blocking waits) for statistics and for the
 Chrome/Perfetto trace (``write_trace``: one track per stream and one for the host, opens in
-ui.perfetto.dev).
+ui.perfetto.dev). They are stored in columns (one run adds one per device op, and an object per
+span would give the garbage collector tens of thousands of objects to walk); ``spans`` builds the
+rows.
 """
 from __future__ import annotations
 
 import json
+from array import array
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Iterator, NamedTuple
 
 
-@dataclass
-class Span:
+class Span(NamedTuple):
+    """One piece of work on a track, in microseconds."""
+
     track: str
     name: str
     start_us: float
@@ -23,33 +28,51 @@ class Span:
 class Timeline:
     keep_spans: bool = True
     host_us: float = 0.0
-    spans: list[Span] = field(default_factory=list)
     busy_us: dict[str, float] = field(default_factory=dict)
     first_us: float | None = None
+    _tracks: list[str] = field(default_factory=list)
+    _names: list[str] = field(default_factory=list)
+    _times: array = field(default_factory=lambda: array("d"))  # start, end of each span in turn
 
     def add(self, track: str, name: str, start: float, end: float) -> None:
-        self.busy_us[track] = self.busy_us.get(track, 0.0) + (end - start)
+        busy = self.busy_us
+        busy[track] = busy.get(track, 0.0) + (end - start)
         if self.first_us is None:
             self.first_us = start
         if self.keep_spans:
-            self.spans.append(Span(track, name, start, end))
+            self._tracks.append(track)
+            self._names.append(name)
+            self._times.append(start)
+            self._times.append(end)
+
+    @property
+    def spans(self) -> list[Span]:
+        times = self._times
+        return [Span(track, name, times[2 * i], times[2 * i + 1])
+                for i, (track, name) in enumerate(zip(self._tracks, self._names))]
 
     def idle_gaps(self, track: str, start_us: float, end_us: float) -> float:
         """Microseconds within [start, end) when ``track`` ran nothing."""
         busy = 0.0
-        for span in self.spans:
-            if span.track == track:
-                lo, hi = max(span.start_us, start_us), min(span.end_us, end_us)
-                if hi > lo:
-                    busy += hi - lo
+        for start, end in self._on(track):
+            lo, hi = max(start, start_us), min(end, end_us)
+            if hi > lo:
+                busy += hi - lo
         return max(end_us - start_us - busy, 0.0)
 
     def extent(self, track: str, after_us: float) -> tuple[float, float]:
         """(first start, last end) of ``track``'s spans that start at or after ``after_us``."""
-        spans = [s for s in self.spans if s.track == track and s.start_us >= after_us]
+        spans = [(start, end) for start, end in self._on(track) if start >= after_us]
         if not spans:
             raise ValueError(f"no work on {track!r} after {after_us} us")
-        return spans[0].start_us, max(s.end_us for s in spans)
+        return spans[0][0], max(end for _, end in spans)
+
+    def _on(self, track: str) -> Iterator[tuple[float, float]]:
+        """(start, end) of each span on ``track``, in order, without building the rows."""
+        times = self._times
+        for i, t in enumerate(self._tracks):
+            if t == track:
+                yield times[2 * i], times[2 * i + 1]
 
     def signature(self) -> list[tuple[str, str, float, float]]:
         """Every span as a plain tuple (for the determinism test)."""

@@ -34,11 +34,16 @@ class Behaviour:
     results_copied: int  # device->host copies of sampled tokens and margins
 
 
+def role(stream: str | None) -> str | None:
+    """A stream's role: the disaggregated loops name theirs "prefill.schedule", "decode.forward", ..."""
+    return None if stream is None else stream.rpartition(".")[2]
+
+
 def behaviour(rec: RecordingDevice) -> Behaviour:
-    waits = {(c.stream, c.other) for c in rec.calls_of("wait_stream")}
-    streams = {c.stream for c in rec.calls_of("new_stream")}
-    result_copies = [c for c in rec.calls_of("to_host") if c.stream in ("copy", "forward")]
-    on_copy = [c for c in result_copies if c.stream == "copy"]
+    waits = {(role(c.stream), role(c.other)) for c in rec.calls_of("wait_stream")}
+    streams = {role(c.stream) for c in rec.calls_of("new_stream")}
+    result_copies = [c for c in rec.calls_of("to_host") if role(c.stream) in ("copy", "forward")]
+    on_copy = [c for c in result_copies if role(c.stream) == "copy"]
     assert not on_copy or len(on_copy) == len(result_copies), "results copied on two different streams"
     return Behaviour(
         war_barrier=("schedule", "forward") in waits,

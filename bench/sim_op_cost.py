@@ -1,0 +1,136 @@
+"""Where the simulator's overhead goes: the cost of one aten op (plain, under a do-nothing
+TorchDispatchMode, inside a simulator host step on host memory and on device memory), and on the
+reference workload the process CPU time of the CPU engine, of the simulator with a do-nothing
+recorder (the dispatch floor) and of the simulator, with the garbage collector's share.
+
+    .venv/bin/python bench/sim_op_cost.py [--ops 5000] [--repeats 7]
+"""
+from __future__ import annotations
+
+import argparse
+import gc
+import sys
+import time
+from pathlib import Path
+from typing import Any, Callable
+
+import torch
+from torch.utils._python_dispatch import TorchDispatchMode
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+from scheduler_core.engine import Engine  # noqa: E402
+from scheduler_core.platform import DEFAULT_POLICIES, Platform  # noqa: E402
+from scheduler_core.sampling import SamplingParams  # noqa: E402
+from scheduler_core.sim import device as sim_device  # noqa: E402
+from scheduler_core.sim.measure import REFERENCE, reference_model, run_reference  # noqa: E402
+from scheduler_core.sim.profile import load_profile  # noqa: E402
+
+
+class _Bare(TorchDispatchMode):
+    """Runs each op and nothing else: the price of the Python dispatch itself."""
+
+    def __init__(self, device: Any = None) -> None:
+        super().__init__()
+
+    @classmethod
+    def _should_skip_dynamo(cls) -> bool:
+        return False
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # type: ignore[override]
+        return func._op(*args, **(kwargs or {}))
+
+
+def best(fn: Callable[[], float], repeats: int) -> float:
+    return min(fn() for _ in range(repeats))
+
+
+def per_op_us(a: torch.Tensor, b: torch.Tensor, ops: int) -> float:
+    start = time.process_time()
+    for _ in range(ops):
+        a + b
+    return (time.process_time() - start) / ops * 1e6
+
+
+def op_costs(ops: int, repeats: int) -> dict[str, float]:
+    a, b = torch.randn(64), torch.randn(64)
+    profile = load_profile("cuda-h100")
+    dev = sim_device.SimDevice(Platform("sim", profile.name), profile, noise=False)
+    stream = dev.new_stream("forward")
+    da, db = a.clone(), b.clone()
+    dev.mark_device(da)
+    dev.mark_device(db)
+
+    def bare() -> float:
+        with _Bare():
+            return per_op_us(a, b, ops)
+
+    def in_step(x: torch.Tensor, y: torch.Tensor) -> Callable[[], float]:
+        def run() -> float:
+            with dev.stream(stream):
+                return per_op_us(x, y, ops)
+        return run
+
+    return {"plain": best(lambda: per_op_us(a, b, ops), repeats), "do-nothing dispatch mode": best(bare, repeats),
+            "simulator, host memory": best(in_step(a, b), repeats),
+            "simulator, device memory": best(in_step(da, db), repeats)}
+
+
+def run_costs(repeats: int) -> dict[str, float]:
+    model = reference_model()
+    prompts = REFERENCE.prompts(model.config.vocab_size)
+    params = SamplingParams(max_new_tokens=REFERENCE.output_len, ignore_eos=True)
+    engine = Engine(model)
+    engine.generate(prompts, params)
+
+    def timed(fn: Callable[[], object]) -> Callable[[], float]:
+        def run() -> float:
+            start = time.process_time()
+            fn()
+            return time.process_time() - start
+        return run
+
+    sim = timed(lambda: run_reference(model, "cuda-h100", DEFAULT_POLICIES["cuda"]))
+    out = {"CPU engine": best(timed(lambda: engine.generate(prompts, params)), repeats)}
+    recorder = sim_device._OpRecorder
+    sim_device._OpRecorder = _Bare  # type: ignore[misc]
+    try:
+        out["simulator, do-nothing recorder"] = best(sim, repeats)
+    finally:
+        sim_device._OpRecorder = recorder  # type: ignore[misc]
+    collected = [0.0]
+
+    def on_gc(phase: str, info: dict) -> None:
+        collected[0] += time.process_time() if phase == "stop" else -time.process_time()
+
+    gc.callbacks.append(on_gc)
+    try:
+        out["simulator"] = best(sim, repeats)
+        collected[0] = 0.0
+        for _ in range(repeats):
+            sim()
+        out["garbage collector per simulator run (mean)"] = collected[0] / repeats
+    finally:
+        gc.callbacks.remove(on_gc)
+    return out
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--ops", type=int, default=5000)
+    parser.add_argument("--repeats", type=int, default=7)
+    args = parser.parse_args()
+    if args.ops < 1 or args.repeats < 1:
+        parser.error("--ops and --repeats must be at least 1")
+    torch.set_num_threads(1)
+    print(f"one aten op (a + b, 64 floats), process CPU time, best of {args.repeats}:")
+    for name, us in op_costs(args.ops, args.repeats).items():
+        print(f"  {name:32s} {us:6.1f} us")
+    print(f"reference workload, process CPU time, best of {min(args.repeats, 5)}:")
+    for name, s in run_costs(min(args.repeats, 5)).items():
+        print(f"  {name:45s} {s:6.3f} s")
+
+
+if __name__ == "__main__":
+    main()
