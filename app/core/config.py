@@ -13,13 +13,15 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
-from typing import Any, Callable, Iterator, Mapping
+from typing import Any, Callable, Iterator, Mapping, TypeVar
 
 from runners.adapters.registry import ADAPTERS
 
 log = logging.getLogger(__name__)
 DEFAULT_DATABASE_URL = "sqlite:///var/parallax.db"
 KNOWN_PLATFORMS = ("cuda", "rocm", "cpu", "cuda-sim", "rocm-sim")
+N = TypeVar("N", int, float)
+D = TypeVar("D")
 
 
 class ConfigError(ValueError):
@@ -95,30 +97,26 @@ class Settings:
         return next((s for s in self.suites if s.name == name), None)
 
 
-def _int_env(env: Mapping[str, str], name: str, default: int, *, positive: bool = False) -> int:
+def _number_env(env: Mapping[str, str], name: str, default: D, parse: Callable[[str], N], kind: str,
+                positive: bool) -> N | D:
     raw = env.get(name)
     if raw is None or raw == "":
         return default
     try:
-        value = int(raw)
+        value = parse(raw)
     except ValueError as exc:
-        raise ConfigError(f"{name} must be an integer, got {raw!r}") from exc
-    if positive and value <= 0:
+        raise ConfigError(f"{name} must be {kind}, got {raw!r}") from exc
+    if positive and not value > 0:  # `not >` also refuses nan
         raise ConfigError(f"{name} must be positive, got {raw!r}")
     return value
+
+
+def _int_env(env: Mapping[str, str], name: str, default: int, *, positive: bool = False) -> int:
+    return _number_env(env, name, default, int, "an integer", positive)
 
 
 def _float_env(env: Mapping[str, str], name: str, default: float | None, *, positive: bool = False) -> float | None:
-    raw = env.get(name)
-    if raw is None or raw == "":
-        return default
-    try:
-        value = float(raw)
-    except ValueError as exc:
-        raise ConfigError(f"{name} must be a number, got {raw!r}") from exc
-    if positive and not value > 0:  # also refuses nan
-        raise ConfigError(f"{name} must be positive, got {raw!r}")
-    return value
+    return _number_env(env, name, default, float, "a number", positive)
 
 
 def _bool_env(env: Mapping[str, str], name: str, default: bool) -> bool:
