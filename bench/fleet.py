@@ -267,7 +267,7 @@ def run_shape(postgres: str, instances: int, workers: int, args: argparse.Namesp
                           PARALLAX_CLAIM_NOTIFY="0" if args.no_notify else "1")
         with ExitStack() as stack:
             logs = [stack.enter_context(open(tmp / f"serve-{i}.log", "w")) for i in range(instances)]
-            services = [stack.enter_context(ServiceProcess(env, workers=workers, log=logs[i],
+            services = [stack.enter_context(ServiceProcess(env, workers=workers, log=logs[i], start_timeout_s=300,
                                                            args=["--worker-class", args.worker_class]))
                         for i in range(instances)]
             fleet = Fleet([s.base for s in services], registration, args.runners, args.jobs)
@@ -321,6 +321,7 @@ def main() -> None:
     for shape in args.shapes.split(","):
         instances, workers = (int(part) for part in shape.split("x"))
         results.append(run_shape(args.postgres, instances, workers, args, tmp))
+        write_results(args.out, {"args": vars(args), "results": results})  # a later shape may fail to start
     print_table(results, [("shape", "shape"), ("waiting", "waiting_before_jobs"), ("done", "completed"),
                           ("once", "exactly_once"), ("claims/s", "claims_per_s"), ("claim p50", "claim_p50_ms"),
                           ("claim p99", "claim_p99_ms"), ("hook p50", "webhook_p50_ms"), ("hook p99", "webhook_p99_ms"),
