@@ -18,64 +18,29 @@ from pathlib import Path
 
 import numpy as np
 import requests
-import sqlalchemy as sa
 from tqdm import tqdm
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from app.auth.tokens import create_registration_token  # noqa: E402
-from app.core.config import Settings, parse_catalogue  # noqa: E402
-from app.core.db import Database  # noqa: E402
-from app.core.migrate import upgrade  # noqa: E402
-from app.core.models import Job, Repository, Suite  # noqa: E402
 from app.demo.service_process import ServiceProcess  # noqa: E402
-from app.jobs.catalogue import sync_catalogue  # noqa: E402
-from app.jobs.queue import get_or_create_commit  # noqa: E402
-from bench.backends import DEFAULT_POSTGRES, print_table, scratch_postgres, scratch_sqlite, write_results  # noqa: E402
-
-CATALOGUE = """
-[[repositories]]
-name = "bench/engine"
-url = "file:///nonexistent"
-
-[[suites]]
-name = "decode-throughput"
-command = ["true"]
-platforms = ["cpu"]
-"""
-DOC = {"schema": "parallax.results/1", "suite": "decode-throughput",
-       "metrics": [{"name": "output_throughput", "unit": "tok/s", "direction": "higher_is_better",
-                    "samples": [1.0, 2.0, 3.0]}],
-       "context": {}, "environment": {"platform": "cpu"}}
-
-
-def seed(url: str, jobs: int) -> str:
-    """Migrate, queue `jobs` jobs directly in the database; returns a registration token."""
-    import tomllib
-    upgrade(url)
-    database = Database(url)
-    with database.session() as session:
-        sync_catalogue(session, Settings(database_url=url, **parse_catalogue(tomllib.loads(CATALOGUE))))
-        session.flush()
-        repo = session.scalar(sa.select(Repository))
-        suite = session.scalar(sa.select(Suite))
-        for i in range(jobs):
-            commit = get_or_create_commit(session, repo, f"{i:040x}")
-            session.add(Job(repository_id=repo.id, commit_id=commit.id, suite_id=suite.id, platform="cpu"))
-        token = create_registration_token(session)
-    database.engine.dispose()
-    return token
+from bench.backends import (  # noqa: E402
+    DEFAULT_POSTGRES,
+    DOC,
+    print_table,
+    scratch_postgres,
+    scratch_sqlite,
+    seed,
+    service_env,
+    write_results,
+)
 
 
 def run_backend(label: str, url: str, runners: int, jobs: int, tmp: Path) -> dict[str, float | str | int]:
     registration = seed(url, jobs)
-    config = tmp / "parallax.toml"
-    config.write_text(CATALOGUE)
     latencies: list[float] = []
     lock = threading.Lock()
-    with ServiceProcess({"PARALLAX_DATABASE_URL": url, "PARALLAX_CONFIG": str(config),
-                         "PARALLAX_LOG_LEVEL": "WARNING"}) as service:
+    with ServiceProcess(service_env(url, tmp)) as service:
         base = service.base
         progress = tqdm(total=jobs, desc=f"{label} claims", unit="job", file=sys.stderr)
 

@@ -27,7 +27,6 @@ import random
 import sys
 import threading
 import time
-import tomllib
 import uuid
 from collections import Counter
 from contextlib import ExitStack
@@ -41,43 +40,22 @@ import sqlalchemy as sa
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from app.auth.tokens import create_registration_token  # noqa: E402
-from app.core.config import Settings, parse_catalogue  # noqa: E402
 from app.core.db import Database  # noqa: E402
-from app.core.migrate import upgrade  # noqa: E402
 from app.core.models import Job, JobAttempt, JobState, Repository, Suite  # noqa: E402
 from app.demo.service_process import ServiceProcess  # noqa: E402
-from app.jobs.catalogue import sync_catalogue  # noqa: E402
 from app.jobs.queue import enqueue, get_or_create_commit  # noqa: E402
-from bench.backends import DEFAULT_POSTGRES, print_table, scratch_postgres, write_results  # noqa: E402
+from bench.backends import (  # noqa: E402
+    DEFAULT_POSTGRES,
+    DOC,
+    print_table,
+    scratch_postgres,
+    seed,
+    service_env,
+    write_results,
+)
 
-CATALOGUE = """
-[[repositories]]
-name = "bench/engine"
-url = "file:///nonexistent"
-
-[[suites]]
-name = "decode-throughput"
-command = ["true"]
-platforms = ["cpu"]
-"""
 SECRET = "fleet-bench-secret"
-DOC = {"schema": "parallax.results/1", "suite": "decode-throughput",
-       "metrics": [{"name": "output_throughput", "unit": "tok/s", "direction": "higher_is_better",
-                    "samples": [1.0, 2.0, 3.0]}],
-       "context": {}, "environment": {"platform": "cpu"}}
 WAIT_S = 20
-
-
-def seed(url: str) -> str:
-    """Migrate and load the catalogue; returns a registration token."""
-    upgrade(url)
-    database = Database(url)
-    with database.session() as session:
-        sync_catalogue(session, Settings(database_url=url, **parse_catalogue(tomllib.loads(CATALOGUE))))
-        token = create_registration_token(session)
-    database.engine.dispose()
-    return token
 
 
 def produce(url: str, jobs: int, rate: float, batch: int, queued_at: dict[int, float], done: threading.Event) -> None:
@@ -285,13 +263,11 @@ def run_shape(postgres: str, instances: int, workers: int, args: argparse.Namesp
     label = f"{instances}x{workers} {args.worker_class}" + (" poll" if args.no_notify else "")
     with scratch_postgres(postgres) as url:
         registration = seed(url)
-        config = tmp / "parallax.toml"
-        config.write_text(CATALOGUE)
-        env = {"PARALLAX_DATABASE_URL": url, "PARALLAX_CONFIG": str(config), "PARALLAX_LOG_LEVEL": "WARNING",
-               "PARALLAX_GITHUB_WEBHOOK_SECRET": SECRET, "PARALLAX_CLAIM_NOTIFY": "0" if args.no_notify else "1"}
+        env = service_env(url, tmp, PARALLAX_GITHUB_WEBHOOK_SECRET=SECRET,
+                          PARALLAX_CLAIM_NOTIFY="0" if args.no_notify else "1")
         with ExitStack() as stack:
             logs = [stack.enter_context(open(tmp / f"serve-{i}.log", "w")) for i in range(instances)]
-            services = [stack.enter_context(ServiceProcess(env, workers=workers, log=logs[i],
+            services = [stack.enter_context(ServiceProcess(env, workers=workers, log=logs[i], start_timeout_s=300,
                                                            args=["--worker-class", args.worker_class]))
                         for i in range(instances)]
             fleet = Fleet([s.base for s in services], registration, args.runners, args.jobs)
@@ -345,6 +321,7 @@ def main() -> None:
     for shape in args.shapes.split(","):
         instances, workers = (int(part) for part in shape.split("x"))
         results.append(run_shape(args.postgres, instances, workers, args, tmp))
+        write_results(args.out, {"args": vars(args), "results": results})  # a later shape may fail to start
     print_table(results, [("shape", "shape"), ("waiting", "waiting_before_jobs"), ("done", "completed"),
                           ("once", "exactly_once"), ("claims/s", "claims_per_s"), ("claim p50", "claim_p50_ms"),
                           ("claim p99", "claim_p99_ms"), ("hook p50", "webhook_p50_ms"), ("hook p99", "webhook_p99_ms"),

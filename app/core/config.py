@@ -13,13 +13,15 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
-from typing import Any, Callable, Iterator, Mapping
+from typing import Any, Callable, Iterator, Mapping, TypeVar
 
 from runners.adapters.registry import ADAPTERS
 
 log = logging.getLogger(__name__)
 DEFAULT_DATABASE_URL = "sqlite:///var/parallax.db"
 KNOWN_PLATFORMS = ("cuda", "rocm", "cpu", "cuda-sim", "rocm-sim")
+N = TypeVar("N", int, float)
+D = TypeVar("D")
 
 
 class ConfigError(ValueError):
@@ -81,19 +83,40 @@ class Settings:
     testing: bool = False
     # False: every dashboard page asks for a signed-in user (the API keeps its own tokens).
     dashboard_public: bool = True
+    # Capacity per route class and worker process (app.web.capacity, docs/scaling.md).
+    webhook_concurrency: int = 4
+    runner_concurrency: int = 8
+    dashboard_concurrency: int = 4
+    longpoll_limit: int = 1000
+    claim_concurrency: int = 2
+    capacity_wait_s: float = 5.0
+    claim_poll_s: float | None = None  # None: 5 s on PostgreSQL (NOTIFY wakes), 1 s on SQLite
+    claim_notify: bool = True  # off: waiters poll (e.g. behind a pooler that cannot LISTEN)
 
     def suite(self, name: str) -> SuiteSpec | None:
         return next((s for s in self.suites if s.name == name), None)
 
 
-def _int_env(env: Mapping[str, str], name: str, default: int) -> int:
+def _number_env(env: Mapping[str, str], name: str, default: D, parse: Callable[[str], N], kind: str,
+                positive: bool) -> N | D:
     raw = env.get(name)
     if raw is None or raw == "":
         return default
     try:
-        return int(raw)
+        value = parse(raw)
     except ValueError as exc:
-        raise ConfigError(f"{name} must be an integer, got {raw!r}") from exc
+        raise ConfigError(f"{name} must be {kind}, got {raw!r}") from exc
+    if positive and not value > 0:  # `not >` also refuses nan
+        raise ConfigError(f"{name} must be positive, got {raw!r}")
+    return value
+
+
+def _int_env(env: Mapping[str, str], name: str, default: int, *, positive: bool = False) -> int:
+    return _number_env(env, name, default, int, "an integer", positive)
+
+
+def _float_env(env: Mapping[str, str], name: str, default: float | None, *, positive: bool = False) -> float | None:
+    return _number_env(env, name, default, float, "a number", positive)
 
 
 def _bool_env(env: Mapping[str, str], name: str, default: bool) -> bool:
@@ -221,6 +244,14 @@ def load_settings(env: Mapping[str, str] | None = None, **overrides: Any) -> Set
         "read_requires_token": _bool_env(env, "PARALLAX_READ_REQUIRES_TOKEN", False),
         "data_dir": env.get("PARALLAX_DATA_DIR") or "var",
         "dashboard_public": _bool_env(env, "PARALLAX_DASHBOARD_PUBLIC", True),
+        "webhook_concurrency": _int_env(env, "PARALLAX_WEBHOOK_CONCURRENCY", 4, positive=True),
+        "runner_concurrency": _int_env(env, "PARALLAX_RUNNER_CONCURRENCY", 8, positive=True),
+        "dashboard_concurrency": _int_env(env, "PARALLAX_DASHBOARD_CONCURRENCY", 4, positive=True),
+        "longpoll_limit": _int_env(env, "PARALLAX_LONGPOLL_LIMIT", 1000, positive=True),
+        "claim_concurrency": _int_env(env, "PARALLAX_CLAIM_CONCURRENCY", 2, positive=True),
+        "capacity_wait_s": _float_env(env, "PARALLAX_CAPACITY_WAIT_S", 5.0, positive=True),
+        "claim_poll_s": _float_env(env, "PARALLAX_CLAIM_POLL_S", None, positive=True),
+        "claim_notify": _bool_env(env, "PARALLAX_CLAIM_NOTIFY", True),
     }
     config_path = overrides.pop("config_path", None) or env.get("PARALLAX_CONFIG")
     if config_path is None and Path("parallax.toml").is_file():

@@ -299,6 +299,16 @@ class Run(Base):
     items: Mapped[list["ItemResult"]] = relationship(cascade="all, delete-orphan")
 
 
+class StoredRunHook(Base):
+    """A stored run whose `run_stored` hooks (detection marks, commit status) have not run yet:
+    written in the completing transaction, deleted in the transaction that runs the hooks, so
+    each stored run is announced exactly once, after its own transaction committed."""
+
+    __tablename__ = "stored_run_hooks"
+    run_id: Mapped[int] = mapped_column(ForeignKey("runs.id", ondelete="CASCADE"), primary_key=True)
+    created_at: Mapped[datetime] = mapped_column(default=utcnow)
+
+
 class Measurement(Base):
     __tablename__ = "measurements"
     __table_args__ = (UniqueConstraint("run_id", "metric"),)

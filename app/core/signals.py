@@ -1,7 +1,9 @@
 """What the queue announces after a state change, as synchronous blinker signals.
 
 Receivers run inside the sender's transaction (the `session` is the sender's) and must stay
-cheap: mark work for the background duties, never call out over the network. Detection and
+cheap: mark work for the background duties, never call out over the network. `run_stored` is
+sent by the queue's delivery of stored runs (`app.jobs.queue.deliver_stored_runs`, a duty), in
+the transaction that marks the run delivered, not by the completing request. Detection and
 GitHub statuses subscribe in `app.wiring.connect`; the queue imports neither.
 """
 from __future__ import annotations
@@ -11,5 +13,5 @@ from blinker import Namespace
 _signals = Namespace()
 
 job_queued = _signals.signal("job-queued", doc="sender: Session; job=Job just queued")
-run_stored = _signals.signal("run-stored", doc="sender: Session; run=Run just stored")
+run_stored = _signals.signal("run-stored", doc="sender: Session; run=Run stored (delivered once, after its commit)")
 job_failed = _signals.signal("job-failed", doc="sender: Session; job=Job failed for good")

@@ -1,7 +1,8 @@
 """Detection as a service: mark series dirty when results arrive, scan them in the background,
 classify changes across platforms, and keep alert groups.
 
-- `on_run_stored` (inside the completing transaction) only upserts `detection_state.dirty`.
+- `on_run_stored` (in the queue's delivery of stored runs, `queue.deliver_stored_runs`, after
+  the completing transaction) only upserts `detection_state.dirty`.
 - The `detection` duty takes dirty series, clears the mark first (a result stored meanwhile
   marks it again, so nothing is lost), and re-examines only the recent window of each.
 - `rescan` runs full detection over every series (`parallax detect --rescan`).
@@ -126,7 +127,9 @@ def on_run_stored(session: Session, run: Run) -> None:
 # ---------------------------------------------------------------- scanning
 
 def scan_dirty(db: Database, limit: int = SCAN_BATCH) -> ScanReport:
-    """The duty: incremental detection on up to `limit` dirty series."""
+    """The duty: incremental detection on up to `limit` dirty series. Runs stored since the last
+    delivery of their hooks are delivered first, so every stored run has marked its series."""
+    queue.deliver_stored_runs(db)
     report = ScanReport()
     with db.session() as session:
         ids = list(session.scalars(select(DetectionState.id).where(DetectionState.dirty.is_(True))

@@ -1,6 +1,7 @@
 """Commit statuses on GitHub, through an outbox.
 
-Queue hooks (`on_job_queued`, `on_run_stored`, `on_job_failed`) and detection (`set_status`)
+Queue hooks (`on_job_queued`, `on_run_stored`, `on_job_failed`; `on_run_stored` runs in the
+queue's delivery of stored runs, after the completing transaction) and detection (`set_status`)
 only insert rows into `commit_status_updates` inside the caller's transaction; the sender duty
 POSTs them to `{github_api_url}/repos/{owner}/{repo}/statuses/{sha}` later, so GitHub being
 slow or down never blocks ingestion. Context `parallax/<platform>/<suite>`; `target_url` is the
@@ -25,10 +26,11 @@ from sqlalchemy import and_, select, update
 from sqlalchemy.orm import Session
 
 from app.core.clock import utcnow
-from app.core.config import Settings, current_settings
+from app.core.config import Settings, current_settings, use_settings
 from app.core.db import Database
 from app.core.duties import Duty
 from app.core.models import CommitStatusUpdate, Job, JobReason, Measurement, Repository, Run, Suite
+from app.jobs import queue
 
 log = logging.getLogger(__name__)
 
@@ -198,6 +200,10 @@ def send_due(db: Database, settings: Settings, *, limit: int = 200, budget_s: fl
     report = SendReport()
     if not settings.github_token:
         return report
+    # Runs stored since the last delivery have not queued their "success" yet: queue it first,
+    # so a "pending" that it supersedes is not sent in its place.
+    with use_settings(settings):
+        queue.deliver_stored_runs(db)
     started = time.monotonic()
     moment = utcnow()
     with db.session() as session:

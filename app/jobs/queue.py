@@ -11,8 +11,8 @@ import random
 import time
 from datetime import timedelta
 
-from sqlalchemy import event, func, select, update
-from sqlalchemy.orm import Session
+from sqlalchemy import delete, event, func, select, update
+from sqlalchemy.orm import Session, selectinload
 
 from app.core import signals
 from app.core.clock import utcnow
@@ -30,6 +30,7 @@ from app.core.models import (
     Repository,
     Run,
     Runner,
+    StoredRunHook,
     Suite,
 )
 from app.jobs import wakeups
@@ -326,9 +327,32 @@ def complete(session: Session, runner: Runner, job_id: int, raw: bytes, max_byte
     job.lease_expires_at = None
     session.execute(update(JobAttempt).where(JobAttempt.job_id == job.id, JobAttempt.attempt == job.attempt)
                     .values(ended_at=moment, outcome="succeeded"))
-    signals.run_stored.send(session, run=run)
+    # The hooks (detection marks, commit status) run later, in `deliver_stored_runs`: run here,
+    # every completion of a series would upsert that series' one detection row and hold its
+    # lock until commit, so completions of the same series would take turns.
+    session.add(StoredRunHook(run_id=run.id))
     session.commit()
     return run, True
+
+
+def deliver_stored_runs(db: Database, limit: int = 200) -> int:
+    """Send `signals.run_stored` for runs stored since the last delivery, oldest first, in one
+    transaction that also deletes their `stored_run_hooks` rows: a crash before the commit
+    leaves them to the next delivery, and a committed delivery is never repeated. Concurrent
+    deliveries skip each other's rows (PostgreSQL) or take turns (SQLite). Returns the count."""
+    with db.session() as session:
+        query = select(StoredRunHook.run_id).order_by(StoredRunHook.run_id).limit(limit)
+        if not is_sqlite(session):
+            query = query.with_for_update(skip_locked=True)
+        ids = list(session.scalars(query))
+        if not ids:
+            return 0
+        runs = session.scalars(select(Run).where(Run.id.in_(ids)).order_by(Run.id)
+                               .options(selectinload(Run.measurements), selectinload(Run.items)))
+        for run in runs:
+            signals.run_stored.send(session, run=run)
+        session.execute(delete(StoredRunHook).where(StoredRunHook.run_id.in_(ids)))
+    return len(ids)
 
 
 # What a runner may say a failure was, besides an ordinary one: "build" — the suite's setup
@@ -387,4 +411,5 @@ def _reap(db: Database) -> int:
         return reap_expired(session)
 
 
-DUTIES = [Duty("reaper", _reap, interval_s=5.0)]
+DUTIES = [Duty("reaper", _reap, interval_s=5.0),
+          Duty("stored-runs", deliver_stored_runs, interval_s=1.0, lease_s=60.0)]

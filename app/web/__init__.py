@@ -70,7 +70,7 @@ def create_app(config: Settings | dict[str, Any] | None = None, *, check_schema:
     routing.register(flask_app)
     errors.register(flask_app)
     guards.register(flask_app)
-    capacity.install(flask_app, capacity.load_capacity())
+    capacity.install(flask_app, settings)
     for blueprint in (runner_bp, admin_bp, api_bp, bisect_bp, webhooks_bp, series_bp, dashboard_bp, metrics_bp):
         flask_app.register_blueprint(blueprint)
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from flask import Blueprint, Response, current_app, jsonify, request
+from flask import Blueprint, Response, jsonify, request
 
 from app.auth.tokens import create_registration_token, hash_token, new_token
 from app.core import limits
@@ -15,7 +15,7 @@ from app.jobs import queue, wakeups
 from app.web import metrics
 from app.web.auth import require_registration_token, require_runner
 from app.web.bodies import json_body, read_body, settings
-from app.web.capacity import Capacity, busy
+from app.web.capacity import busy
 from app.web.session import get_db, request_session
 
 bp = Blueprint("runner_api", __name__, url_prefix="/api/v1")
@@ -76,7 +76,7 @@ def register_runner():  # type: ignore[no-untyped-def]
 
 @bp.post("/jobs/claim")
 def claim_job():  # type: ignore[no-untyped-def]
-    capacity: Capacity = current_app.extensions["parallax.capacity"]
+    capacity = settings()
     # Many long-polls are admitted at once; their database work (the token check, each look at
     # the queue) takes turns through one bounded gate per process.
     gate = wakeups.for_engine(get_db().engine, capacity.claim_concurrency).attempts
@@ -90,11 +90,11 @@ def claim_job():  # type: ignore[no-untyped-def]
     finally:
         gate.release()
     body = json_body(required=False)
-    wait_s = min(limits.number(body.get("wait_s", 0), "wait_s", minimum=0), settings().claim_max_wait_s)
+    wait_s = min(limits.number(body.get("wait_s", 0), "wait_s", minimum=0), capacity.claim_max_wait_s)
     waiting = metrics.WAITING.labels(platform)
     waiting.inc()
     try:
-        job = queue.claim(get_db(), runner_id, lease_s=settings().lease_s, wait_s=wait_s, platform=platform,
+        job = queue.claim(get_db(), runner_id, lease_s=capacity.lease_s, wait_s=wait_s, platform=platform,
                           poll_s=capacity.claim_poll_s, concurrency=capacity.claim_concurrency,
                           notify=capacity.claim_notify)
     finally:

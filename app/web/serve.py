@@ -25,10 +25,10 @@ from prometheus_client import multiprocess
 
 from app import wiring
 from app.core import duties
-from app.core.config import ConfigError
+from app.core.config import ConfigError, load_settings
 from app.core.migrate import SchemaBehind
 from app.web import create_app
-from app.web.capacity import CLASSES, load_capacity
+from app.web.capacity import class_limits
 
 log = logging.getLogger(__name__)
 WORKER_CLASSES = ("gevent", "gthread")
@@ -67,7 +67,7 @@ def run(host: str, port: int, workers: int, threads: int, dev: bool, worker_clas
     if worker_class not in WORKER_CLASSES:
         raise click.ClickException(f"--worker-class must be one of {', '.join(WORKER_CLASSES)}, got {worker_class!r}")
     try:
-        capacity = load_capacity()
+        settings = load_settings()
     except ConfigError as exc:
         raise click.ClickException(str(exc)) from exc
     if dev:
@@ -77,7 +77,7 @@ def run(host: str, port: int, workers: int, threads: int, dev: bool, worker_clas
     # workers do not inherit them.
     make_app(start_background=False).extensions["parallax.db"].engine.dispose()
     per_process_metrics()
-    connections = capacity.longpoll + sum(getattr(capacity, name) for name in CLASSES if name != "longpoll") + 100
+    connections = sum(class_limits(settings).values()) + 100
 
     class Gunicorn(BaseApplication):  # type: ignore[misc]
         def load_config(self) -> None:

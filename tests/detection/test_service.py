@@ -24,6 +24,7 @@ from app.core.models import (
 from app.detection import service as detection_service
 from app.detection.series import SeriesKey, load_series
 from app.detection.service import rescan, scan_dirty
+from app.jobs.queue import deliver_stored_runs
 from tests.detection.builder import METRIC, SUITE, Builder, excursion_levels, step
 from tests.support.service_api import SHA_A, claim, document, queue_jobs, raw, register
 
@@ -52,6 +53,9 @@ def test_a_stored_results_document_marks_its_series_dirty(client, app, db):
     headers = register(client, app, "cpu")
     job = claim(client, headers).get_json()["job"]
     assert client.post(f"/api/v1/jobs/{job['id']}/complete", data=raw(document()), headers=headers).status_code == 201
+    with db.session() as session:
+        assert session.scalar(select(func.count()).select_from(DetectionState)) == 0  # marked by the delivery
+    assert deliver_stored_runs(db) == 1
     with db.session() as session:
         states = list(session.scalars(select(DetectionState)))
     assert {s.description["key"]["metric"] for s in states} == {"output_throughput", "itl_p50", "items:gsm8k"}

@@ -11,6 +11,7 @@ from sqlalchemy import select
 from app.core.config import use_settings
 from app.core.models import CommitStatusUpdate, Repository
 from app.github.status import send_due, set_status
+from app.jobs.queue import deliver_stored_runs
 from tests.github.fake_github import FakeGitHub, Reply
 from tests.support.service_api import SHA_A, claim, document, queue_jobs, raw, register
 from tests.support.settings import make_settings
@@ -168,6 +169,10 @@ def test_ingestion_does_not_wait_for_github(client, app, db, github):
     assert client.post(f"/api/v1/jobs/{job['id']}/complete", data=raw(document()), headers=headers).status_code == 201
     assert time.monotonic() - started < 5
     assert github.requests == []  # nothing talks to GitHub inside a request
+    assert len(rows(db)) == 5  # five pending; the run's status is queued by the delivery of stored runs
+    with use_settings(app.extensions["parallax.settings"]):
+        assert deliver_stored_runs(db) == 1
+    assert github.requests == []
     assert len(rows(db)) == 6  # five pending + one success, waiting in the outbox
 
 
