@@ -5,7 +5,7 @@ import pytest
 from sqlalchemy import func, select
 
 from app.core.models import Job, JobState, Run
-from runners.results import MAX_SAMPLES, ResultsError, loads, validate
+from runners.results import MAX_SAMPLES, Limits, ResultsError, loads, validate
 from tests.support.service_api import SHA_A, claim, document, queue_jobs, register
 
 
@@ -134,6 +134,18 @@ def test_exactly_the_sample_limit_is_accepted_and_one_more_is_refused():
     with pytest.raises(ResultsError) as info:
         validate(doc)
     assert info.value.field == "metrics[0].samples" and str(MAX_SAMPLES) in info.value.message
+
+
+@pytest.mark.parametrize("where", ["context", "environment"])
+def test_a_key_at_the_string_limit_is_accepted_and_one_longer_is_refused(where):
+    limits = Limits(string_chars=200)
+    doc = document()
+    doc[where]["k" * 200] = "v"
+    assert "k" * 200 in getattr(validate(doc, limits), where)
+    doc[where]["k" * 201] = "v"
+    with pytest.raises(ResultsError) as info:
+        validate(doc, limits)
+    assert info.value.field == where and "key longer than 200" in info.value.message
 
 
 def test_an_environment_without_a_platform_is_valid():
