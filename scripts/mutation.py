@@ -4,7 +4,7 @@ Each target is a group of modules and the test files that guard them. For each t
 writes a cosmic-ray config and session under bench/results/mutation/, samples `--per-target`
 mutants with a fixed seed (the others are marked skipped: a full run takes hours on two cores),
 runs them, and prints a table of killed / survived / timed-out mutants with every survivor's
-diff. The summary goes to bench/results/mutation/summary.json.
+diff. The summary goes to bench/results/mutation/summary-<targets>[-before].json.
 
 `--before` scores the same sample against the tests as they were before issue 19 (its tests
 deselected). The "before" tests are a subset of today's, so a mutant that survives today's tests
@@ -253,7 +253,8 @@ def main() -> int:
         for survivor in s.survivors:
             print(f"\nSURVIVED {s.target} {survivor['module']}:{survivor['line']} {survivor['operator']}"
                   f"\n{survivor['diff']}")
-    summary = OUT / f"summary{args.label}{'-before' if args.before else ''}.json"
+    scope = "-".join(t.name for t in targets) if args.only else "all"
+    summary = OUT / f"summary-{scope}{args.label}{'-before' if args.before else ''}.json"
     summary.write_text(json.dumps({"seed": args.seed, "per_target": args.per_target, "pytest_extra": args.pytest_extra,
                                    "before": args.before,
                                    "targets": [{**asdict(s), "score": s.score} for s in scores]}, indent=2))
