@@ -190,6 +190,10 @@ def test_pull_request_opened_queues_the_head_linked_to_the_merge_base(client, ap
                                          .where(Commit.sha == head)))
         assert len(head_jobs) == MATRIX
         assert all(j.reason == JobReason.pull_request and j.pull_request_id == pull.id for j in head_jobs)
+        queued = session.scalar(select(func.count()).select_from(Job))
+        assert session.scalar(select(WebhookDelivery.result)) == (
+            f"pull request #2 (opened) head {head[:12]}, merge-base {base[:12]}: "
+            f"{queued} job(s) queued, 0 already queued or done")
     assert root not in jobs_by_sha(db)
 
 
