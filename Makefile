@@ -37,7 +37,8 @@ test-fast: $(STAMP)
 	$(PY) -m pytest -m "not slow" $(PYTEST_ARGS)
 
 # Mutation testing of the safety-critical modules (docs/testing.md); not part of .ci/run.
-# MUTATION_ARGS e.g. "--per-target 40 --only queue"; bench/results/mutation/ holds the sessions.
+# MUTATION_ARGS e.g. "--per-target 40 --only queue", then the same with --before (the tests from
+# before issue 19, same mutants); bench/results/mutation/ holds the sessions.
 mutation: $(STAMP)
 	$(PY) scripts/mutation.py $(MUTATION_ARGS)
 

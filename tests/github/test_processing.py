@@ -59,7 +59,8 @@ def test_delivery_is_marked_done_with_a_summary(client, app, db, tracked, upstre
     with db.session() as session:
         delivery = session.scalar(select(WebhookDelivery))
         assert delivery.state == "done"
-        assert "1 commit(s) added" in delivery.result and f"{MATRIX} job(s) queued" in delivery.result
+        assert delivery.result == (f"push master {base[:12]}..{head[:12]}: 1 commit(s) added, 0 dropped from history; "
+                                   f"{MATRIX} job(s) queued, 0 already queued or done")
 
 
 def test_first_push_of_a_new_branch_measures_its_head_only(client, app, db, tracked, upstream):
@@ -189,6 +190,10 @@ def test_pull_request_opened_queues_the_head_linked_to_the_merge_base(client, ap
                                          .where(Commit.sha == head)))
         assert len(head_jobs) == MATRIX
         assert all(j.reason == JobReason.pull_request and j.pull_request_id == pull.id for j in head_jobs)
+        queued = session.scalar(select(func.count()).select_from(Job))
+        assert session.scalar(select(WebhookDelivery.result)) == (
+            f"pull request #2 (opened) head {head[:12]}, merge-base {base[:12]}: "
+            f"{queued} job(s) queued, 0 already queued or done")
     assert root not in jobs_by_sha(db)
 
 

@@ -179,7 +179,17 @@ def test_handled_push_is_stored_pending_and_answered_202(client, db, tracked):
     with db.session() as session:
         delivery = session.scalar(select(WebhookDelivery).where(WebhookDelivery.delivery_id == "d-1"))
         assert delivery.state == "pending" and delivery.event == "push"
+        assert delivery.result is None and delivery.processed_at is None  # the background duty sets them
     assert count_rows(db)["jobs"] == 0  # processing happens in the background duty, not here
+
+
+def test_an_ignored_delivery_is_recorded_processed_with_its_reason(client, db):
+    response = post_webhook(client, "push", load_payload("push-with-new-branch.payload.json"), delivery="d-ignored")
+    assert response.status_code == 202 and response.get_json()["status"] == "ignored"
+    with db.session() as session:
+        delivery = session.scalar(select(WebhookDelivery).where(WebhookDelivery.delivery_id == "d-ignored"))
+        assert delivery.state == "ignored" and delivery.processed_at is not None
+        assert delivery.result == response.get_json()["reason"] and "Codertocat/Hello-World" in delivery.result
 
 
 def test_replayed_delivery_is_200_and_stores_nothing_new(client, db, tracked):

@@ -3,12 +3,14 @@ complete, fail, hand back) moves a finished job, not even from the runner that f
 from __future__ import annotations
 
 from dataclasses import dataclass
+from datetime import timedelta
 from typing import Any, Callable
 
 import pytest
-from sqlalchemy import func, select
+from sqlalchemy import func, select, update
 
 from app.auth.tokens import hash_token
+from app.core.clock import utcnow
 from app.core.errors import Conflict, Forbidden
 from app.core.models import Job, JobLog, JobState, Run, Runner
 from app.jobs import queue
@@ -119,3 +121,22 @@ def test_fail_after_complete_over_http_is_409_and_the_job_stays_succeeded(client
     assert heartbeat.status_code == 409
     with db.session() as session:
         assert session.get(Job, job["id"]).state == JobState.succeeded
+
+
+@pytest.mark.parametrize("call", list(CALLS))
+def test_a_call_naming_an_earlier_attempt_is_refused_even_from_the_current_holder(client, app, db, call):
+    """The runner lost attempt 1 (its lease expired) and then claimed the same job again as attempt
+    2: a late call from its attempt-1 work names attempt 1 and must not touch attempt 2."""
+    queue_jobs(client, SHA_A, suite="decode-throughput", platform="cpu")
+    headers = register(client, app)
+    job = claim(client, headers).get_json()["job"]
+    with db.session() as session:
+        session.execute(update(Job).where(Job.id == job["id"]).values(lease_expires_at=utcnow() - timedelta(seconds=1)))
+    again = claim(client, headers).get_json()["job"]
+    assert (again["id"], again["attempt"]) == (job["id"], 2)
+    before = snapshot(db, job["id"])
+    with pytest.raises(Conflict) as info:
+        with db.session() as session:
+            CALLS[call](session, runner_of(db, headers), job["id"], 1)
+    assert info.value.error == "lease_lost"
+    assert snapshot(db, job["id"]) == before

@@ -5,7 +5,7 @@ import pytest
 from sqlalchemy import func, select
 
 from app.core.models import Job, JobState, Run
-from runners.results import MAX_SAMPLES, ResultsError, loads, validate
+from runners.results import MAX_SAMPLES, Limits, ResultsError, loads, validate
 from tests.support.service_api import SHA_A, claim, document, queue_jobs, register
 
 
@@ -32,6 +32,8 @@ INVALID = [
     ("string sample", mutate(["metrics", 0, "samples"], [1.0, "fast"]), "metrics[0].samples[1]"),
     ("boolean sample", mutate(["metrics", 0, "samples"], [True]), "metrics[0].samples[0]"),
     ("metric name missing", mutate(["metrics", 0, "name"], KeyError), "metrics[0].name"),
+    ("metric name empty", mutate(["metrics", 0, "name"], " "), "metrics[0].name"),
+    ("metric name over the limit", mutate(["metrics", 0, "name"], "n" * 129), "metrics[0].name"),
     ("duplicate metric", mutate(["metrics", 1, "name"], "output_throughput"), "metrics[1].name"),
     ("items not 0/1", mutate(["items", "correct"], [1, 2]), "items.correct[1]"),
     ("items empty", mutate(["items", "correct"], []), "items.correct"),
@@ -134,6 +136,34 @@ def test_exactly_the_sample_limit_is_accepted_and_one_more_is_refused():
     with pytest.raises(ResultsError) as info:
         validate(doc)
     assert info.value.field == "metrics[0].samples" and str(MAX_SAMPLES) in info.value.message
+
+
+def test_a_metric_name_at_the_limit_is_accepted():
+    assert validate(mutate(["metrics", 0, "name"], "n" * 128)).metrics[0].name == "n" * 128
+
+
+@pytest.mark.parametrize("where", ["context", "environment"])
+def test_a_string_value_at_the_string_limit_is_accepted_and_one_longer_is_refused(where):
+    limits = Limits(string_chars=200)
+    doc = document()
+    doc[where]["long"] = "v" * 200
+    assert getattr(validate(doc, limits), where)["long"] == "v" * 200
+    doc[where]["long"] = "v" * 201
+    with pytest.raises(ResultsError) as info:
+        validate(doc, limits)
+    assert info.value.field == f"{where}.long" and "201 characters" in info.value.message
+
+
+@pytest.mark.parametrize("where", ["context", "environment"])
+def test_a_key_at_the_string_limit_is_accepted_and_one_longer_is_refused(where):
+    limits = Limits(string_chars=200)
+    doc = document()
+    doc[where]["k" * 200] = "v"
+    assert "k" * 200 in getattr(validate(doc, limits), where)
+    doc[where]["k" * 201] = "v"
+    with pytest.raises(ResultsError) as info:
+        validate(doc, limits)
+    assert info.value.field == where and "key longer than 200" in info.value.message
 
 
 def test_an_environment_without_a_platform_is_valid():

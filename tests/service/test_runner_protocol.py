@@ -141,6 +141,14 @@ def test_claim_long_polls_until_a_job_arrives(client, app, db):
     assert 0.4 < time.monotonic() - started < 5
 
 
+def test_a_long_poll_on_an_empty_queue_answers_204_when_its_wait_is_over(client, app):
+    headers = register(client, app)
+    started = time.monotonic()
+    response = claim(client, headers, wait_s=1)
+    assert response.status_code == 204
+    assert 0.9 < time.monotonic() - started < 10
+
+
 def test_negative_wait_is_422(client, app):
     response = claim(client, register(client, app), wait_s=-1)
     assert response.status_code == 422 and response.get_json()["field"] == "wait_s"
@@ -222,6 +230,17 @@ def test_logs_are_capped_per_job(client, app, db):
     assert log.startswith("x" * 80 + "y" * 20) and "log truncated at 100 bytes" in log and "z" not in log
 
 
+def test_a_cap_lowered_below_what_a_job_already_logged_stores_nothing_more(client, held, db):
+    # The cap is configuration: a restart with a smaller log_cap_bytes meets jobs already past it.
+    from app.jobs import queue
+    job, headers = held
+    assert client.post(f"/api/v1/jobs/{job['id']}/logs", data=b"x" * 80, headers=headers).status_code == 200
+    with db.session() as session:
+        runner = session.scalar(select(Runner).where(Runner.name == "holder"))
+        assert queue.append_log(session, runner, job["id"], "y" * 10, 50) == (0, True)
+    assert client.get(f"/api/v1/jobs/{job['id']}").get_json()["log"] == "x" * 80
+
+
 def test_complete_stores_run_measurements_and_items(client, held, db):
     job, headers = held
     response = client.post(f"/api/v1/jobs/{job['id']}/complete", data=raw(document()), headers=headers)
@@ -297,6 +316,44 @@ def test_fail_needs_a_reason(client, held):
     job, headers = held
     response = client.post(f"/api/v1/jobs/{job['id']}/fail", json={"retryable": True}, headers=headers)
     assert response.status_code == 422 and response.get_json()["field"] == "reason"
+
+
+# ------------------------------------------------------------------ authentication
+
+def test_a_runner_token_under_another_scheme_is_401(client, app):
+    token = register(client, app)["Authorization"].removeprefix("Bearer ")
+    for header in (f"Basic {token}", f"Token {token}", token):
+        response = client.post("/api/v1/jobs/claim", json={}, headers={"Authorization": header})
+        assert response.status_code == 401, header
+
+
+def test_a_runner_is_seen_again_past_the_resolution_and_only_it(client, app, db):
+    from app.auth.tokens import LAST_SEEN_RESOLUTION
+    from app.core.clock import utcnow as now
+    headers = register(client, app, name="busy")
+    register(client, app, name="idle")
+    long_ago = now() - 2 * LAST_SEEN_RESOLUTION
+    with db.session() as session:
+        session.execute(update(Runner).values(last_seen_at=long_ago))
+    assert claim(client, headers).status_code == 204
+    with db.session() as session:
+        seen = {r.name: r.last_seen_at for r in session.scalars(select(Runner))}
+    assert seen["busy"].replace(tzinfo=None) > long_ago.replace(tzinfo=None)
+    assert seen["idle"].replace(tzinfo=None) == long_ago.replace(tzinfo=None)
+
+
+def test_a_registration_token_revoked_by_its_value_registers_no_runner(client, app, db):
+    from app.auth.tokens import create_registration_token, revoke_registration_token
+    with db.session() as session:
+        token = create_registration_token(session)
+        session.commit()
+    with db.session() as session:
+        assert revoke_registration_token(session, token).revoked
+        session.commit()
+    response = client.post("/api/v1/runners", json={"name": "late", "labels": {"platform": "cpu"}},
+                           headers={"Authorization": f"Bearer {token}"})
+    assert response.status_code in (401, 403)
+    assert count(db, Runner) == 0
 
 
 # ------------------------------------------------------------------ lease loss

@@ -1,6 +1,8 @@
 """The race detector's rules, one per test, on hand-written stream programs (no torch)."""
 from __future__ import annotations
 
+import pytest
+
 from scheduler_core.sim.race import HOST, RaceDetector
 
 
@@ -110,3 +112,25 @@ def test_a_hazard_report_names_both_stacks() -> None:
     (hazard,) = det.op(b, "index", ["table"], [], stack=(("llama.py", 20, "apply"),))
     text = hazard.describe()
     assert "batch.py:10 in prepare_for_decode" in text and "llama.py:20 in apply" in text
+
+
+@pytest.mark.parametrize("later_work", [0, 1], ids=["synced at the read", "synced past the read"])
+def test_a_free_after_the_host_synced_the_user_is_safe(later_work: int) -> None:
+    det, a, b = two_streams()
+    det.allocate("batch", a)
+    det.op(a, "fill", [], ["batch"])
+    det.wait_stream(b, a)
+    det.op(b, "read", ["batch"], [])
+    for _ in range(later_work):
+        det.op(b, "other work", [], ["scratch"])
+    det.sync_stream(b)
+    assert det.free("batch") == []
+
+
+def test_freeing_a_host_owned_block_or_an_unknown_key_reports_nothing() -> None:
+    det, a, _ = two_streams()
+    det.allocate("pinned", HOST)
+    det.op(HOST, "fill", [], ["pinned"])
+    det.op(a, "copy to device", ["pinned"], [])
+    assert det.free("pinned") == []
+    assert det.free("never allocated") == []

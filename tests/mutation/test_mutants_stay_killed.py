@@ -1,0 +1,108 @@
+"""Mutants that must stay killed (issue 19, docs/testing.md): each removes a safety mechanism from
+a copy of the source tree, and the tests that guard the mechanism must fail on that copy.
+
+The mutations are the hand-made removals behind issue 19's holes and mutants the cosmic-ray run
+found surviving until a test was written for them. A mutation whose text no longer occurs
+exactly once fails here: update it with the code it guards. Each copy runs its tests on SQLite
+only and without auto-loaded pytest plugins, so the whole file takes seconds, not minutes.
+"""
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from tests.support.settings import REPO_ROOT
+
+TREE = ("app", "runners", "scheduler_core", "tests", "migrations", "pyproject.toml")
+NO_POSTGRES = "postgresql+psycopg://postgres@127.0.0.1:9/none"  # nothing listens: PostgreSQL cases skip
+
+
+@dataclass(frozen=True)
+class Mutant:
+    name: str
+    module: str
+    old: str
+    new: str
+    tests: tuple[str, ...]
+    fixtures: bool = True  # False: the tests need no conftest fixture (the copy starts faster)
+
+
+MUTANTS = (
+    Mutant("results: non-finite samples accepted", "runners/results.py",
+           "            if not math.isfinite(value):\n", "            if False:\n",
+           ("tests/service/test_results_document.py::test_a_sample_that_overflows_a_float_is_refused_naming_the_sample",),
+           fixtures=False),
+    Mutant("lease: a finished job's runner still holds it", "app/jobs/queue.py",
+           "holds = (job.state == JobState.running and job.runner_id == runner.id",
+           "holds = (job.runner_id == runner.id",
+           ("tests/service/test_lease_state_machine.py::test_fail_after_complete_over_http_is_409_and_the_job_stays_succeeded[sqlite]",)),
+    Mutant("auth: a token whose hash sorts below a user's authenticates", "app/auth/tokens.py",
+           "select(User).where(User.token_hash == hash_token(token))",
+           "select(User).where(User.token_hash >= hash_token(token))",
+           ("tests/service/test_users.py::test_a_wrong_token_is_401_whichever_side_of_a_users_hash_it_falls[sqlite]",)),
+    Mutant("detection: no spike handling", "app/detection/detector.py",
+           "    if len(levels) >= 3:\n", "    if False:\n",
+           ("tests/detection/test_detection.py::test_spikes_are_the_lone_outliers_and_are_replaced_by_their_neighbours_median",),
+           fixtures=False),
+    Mutant("race detector: a free after the host synced the user is reported", "scheduler_core/sim/race.py",
+           "host_clock[use.actor] >= use.epoch", "host_clock[use.actor] > use.epoch",
+           ("tests/sim/test_race_detector.py::test_a_free_after_the_host_synced_the_user_is_safe",),
+           fixtures=False),
+)
+
+
+def copy_tree(root: Path) -> Path:
+    for name in TREE:
+        source = REPO_ROOT / name
+        if source.is_dir():
+            shutil.copytree(source, root / name, ignore=shutil.ignore_patterns("__pycache__"))
+        else:
+            shutil.copy(source, root / name)
+    return root
+
+
+def mutated_copy(mutant: Mutant, root: Path) -> Path:
+    path = copy_tree(root) / mutant.module
+    text = path.read_text()
+    count = text.count(mutant.old)
+    assert count == 1, f"{mutant.module}: the mutation's text occurs {count} times, not once: {mutant.old!r}"
+    path.write_text(text.replace(mutant.old, mutant.new))
+    return root
+
+
+def run_tests(root: Path, mutant: Mutant) -> subprocess.CompletedProcess[str]:
+    env = {k: v for k, v in os.environ.items() if k not in ("CI", "PYTHONPATH")}
+    env |= {"PYTHONPATH": str(root), "PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1", "PYTHONDONTWRITEBYTECODE": "1",
+            "PARALLAX_TEST_DATABASE_URL": NO_POSTGRES,
+            "PARALLAX_SHARED_DIR": os.environ.get("PARALLAX_SHARED_DIR") or str(REPO_ROOT.parent / "shared")}
+    command = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "pytest_timeout",
+               "-o", "timeout=60", *([] if mutant.fixtures else ["--noconftest"]), *mutant.tests]
+    return subprocess.run(command, cwd=root, env=env, capture_output=True, text=True, timeout=300)
+
+
+@pytest.mark.parametrize("mutant", MUTANTS, ids=[m.name for m in MUTANTS])
+def test_the_guarding_tests_fail_on_the_mutant(mutant: Mutant, tmp_path: Path) -> None:
+    result = run_tests(mutated_copy(mutant, tmp_path / "tree"), mutant)
+    output = result.stdout + result.stderr
+    # Exit status 1 is "tests ran and some failed"; 2-5 (interrupted, internal error, usage, no
+    # tests collected) would mean the mutant was never tried.
+    assert result.returncode == 1, f"the mutant survived or was never tested (exit {result.returncode}):\n{output}"
+    failed = [line.split(" ")[1] for line in output.splitlines() if line.startswith("FAILED ")]
+    assert failed and all(node.split("[")[0] in mutant.tests or node in mutant.tests for node in failed), output
+
+
+def test_the_guarding_tests_pass_on_an_unmutated_copy(tmp_path: Path) -> None:
+    """The control: on a copy without a mutation the same runs pass, so a failure above is the mutant's."""
+    root = copy_tree(tmp_path / "tree")
+    everything = Mutant("none", "", "", "", tuple(test for m in MUTANTS for test in m.tests))
+    result = run_tests(root, everything)
+    assert result.returncode == 0, result.stdout + result.stderr
+    summary = result.stdout.strip().splitlines()[-1]
+    assert re.fullmatch(r"\d+ passed in .*", summary), result.stdout  # nothing skipped, deselected or failed
