@@ -152,6 +152,12 @@ def test_64_commits_one_rocm_culprit_3_runners_found_in_3_rounds_and_confirmed_r
     with lab.db.session() as session:
         jobs = list(session.scalars(select(Job).where(Job.bisect_id == result["id"])))
     assert result["runner_jobs"] == len(jobs) and all(j.priority == service.BISECT_PRIORITY for j in jobs)
+    page = requests.get(f"{lab.server.url}/bisects/{result['id']}", timeout=10).text
+    assert "Scope: <strong>rocm-only</strong>" in page
+    tested_table = page[page.index('id="tested"'):]
+    row = tested_table[tested_table.index(f'href="/commits/{shas[40]}"'):]
+    assert row[:row.index("</tr>")].count("different") == 1, "the culprit's row shows its verdict"
+    assert page.count("<td>finished</td>") == len(result["rounds"])
 
 
 def test_two_changes_in_the_range_are_both_reported(lab: Lab) -> None:

@@ -135,8 +135,10 @@ def test_every_page_renders_offline_without_console_errors(page, live_server, hi
                         good_commit_id=commits[history.shas[ROCM_ONLY_AT - 4]], alert_id=alert_id,
                         bad_commit_id=commits[history.shas[ROCM_ONLY_AT]], state=BisectState.done,
                         culprit_commit_id=commits[history.shas[ROCM_ONLY_AT]],
-                        steps=[{"round": 1, "commit": history.shas[ROCM_ONLY_AT - 2], "samples": [1019.0, 1021.5],
-                                "verdict": "good"}])
+                        steps=[{"round": 1, "stage": 0, "commits": [history.shas[ROCM_ONLY_AT - 2]], "jobs": [],
+                                "queued_at": "2026-12-03T09:00:00+00:00"}],
+                        stages=[{"kind": "search", "commits": history.shas[ROCM_ONLY_AT - 4:ROCM_ONLY_AT + 1],
+                                 "decision": {"outcome": "culprit", "pairs": [], "changes": []}}])
         session.add(bisect)
         session.flush()
         bisect_id = bisect.id
