@@ -73,6 +73,18 @@ def nice_ticks(low: float, high: float, count: int = 6) -> list[float]:
     return ticks
 
 
+def covering_ticks(low: float, high: float, count: int = 6) -> list[float]:
+    """Nice ticks whose first is at or below `low` and last at or above `high`, so the axis holds
+    every point (nice_ticks alone keeps its ticks inside the range)."""
+    ticks = nice_ticks(low, high, count)
+    if len(ticks) < 2:
+        return ticks
+    step = ticks[1] - ticks[0]
+    below = [round(ticks[0] - step * k, 12) for k in range(math.ceil((ticks[0] - low) / step), 0, -1)]
+    above = [round(ticks[-1] + step * k, 12) for k in range(1, math.ceil((high - ticks[-1]) / step) + 1)]
+    return [*below, *ticks, *above]
+
+
 def marker_path(shape: str, x: float, y: float, r: float = RADIUS) -> str:
     if shape == "square":
         r *= 0.9
@@ -105,7 +117,7 @@ def render(series: list[PlotSeries], *, x_range: tuple[int, int], full_range: tu
     values = [v for s in series for p in s.points for v in (p.value, *p.samples) if math.isfinite(v)]
     low, high = (min(values), max(values)) if values else (0.0, 1.0)
     pad = (high - low) * 0.06 or abs(high) * 0.05 or 1.0
-    y_ticks = nice_ticks(low - pad, high + pad)
+    y_ticks = covering_ticks(low - pad, high + pad)
     y_low, y_high = (y_ticks[0], y_ticks[-1]) if len(y_ticks) >= 2 else (low - pad, high + pad)
 
     def sx(position: float) -> float:
