@@ -8,10 +8,9 @@ import time
 import click
 
 from app.bisect import service
-from app.cli.context import CliContext, pass_context
+from app.cli.context import CliContext, api_errors_as_click, pass_context
 from app.core.config import use_settings
 from app.core.duties import run_due
-from app.core.errors import APIError
 from app.core.models import Bisect, BisectState
 
 
@@ -31,11 +30,9 @@ def bisect(ctx: CliContext, repository: str, suite: str, metric: str, platform: 
     """Find the commit between GOOD and BAD that changed METRIC on PLATFORM."""
     db = ctx.database()
     with db.session() as session:
-        try:
+        with api_errors_as_click():
             row = service.start(session, ctx.settings, service.BisectRequest(
                 repository, suite, metric, platform, good, bad, effect=effect))
-        except APIError as exc:
-            raise click.ClickException(exc.detail) from exc
         session.commit()
         bisect_id, size = row.id, len(row.stages[0]["commits"]) - 1
     click.echo(f"bisect {bisect_id}: {size} first-parent commits after {good[:12]} on {platform}")

@@ -3,15 +3,28 @@
 applied."""
 from __future__ import annotations
 
+from contextlib import contextmanager
 from dataclasses import dataclass, field
+from typing import Iterator
 
 import click
 
 from app import wiring
 from app.core.config import ConfigError, Settings, load_settings
 from app.core.db import Database
+from app.core.errors import APIError
 from app.core.migrate import SchemaBehind, ensure_current
 from app.jobs.catalogue import sync_catalogue
+
+
+@contextmanager
+def api_errors_as_click() -> Iterator[None]:
+    """A refusal from an area (unknown id, invalid request: `APIError`) ends the command with its
+    message instead of a traceback."""
+    try:
+        yield
+    except APIError as exc:
+        raise click.ClickException(exc.detail) from exc
 
 
 @dataclass

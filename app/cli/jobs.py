@@ -4,8 +4,7 @@ from __future__ import annotations
 import click
 from sqlalchemy import select
 
-from app.cli.context import CliContext, pass_context
-from app.core.errors import APIError
+from app.cli.context import CliContext, api_errors_as_click, pass_context
 from app.core.models import JobReason, Repository
 from app.core.shas import is_sha
 from app.jobs import queue
@@ -27,12 +26,10 @@ def enqueue(ctx: CliContext, repository: str, sha: str, suite: str | None, platf
         repo_row = session.scalar(select(Repository).where(Repository.name == repository))
         if repo_row is None:
             raise click.ClickException(f"unknown repository {repository!r}; add it with `parallax repo add`")
-        try:
+        with api_errors_as_click():
             results = queue.enqueue_matrix(session, repo_row, sha, suite_name=suite, platform=platform,
                                            reason=JobReason.rerun if rerun else JobReason.manual,
                                            force=rerun)
-        except APIError as exc:
-            raise click.ClickException(exc.detail) from exc
         if not results:
             raise click.ClickException("nothing to queue: no suite matches (configure suites in parallax.toml)")
         for job, created in results:

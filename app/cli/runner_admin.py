@@ -5,8 +5,7 @@ from __future__ import annotations
 import click
 
 from app.auth.tokens import disable_runner
-from app.cli.context import CliContext, pass_context
-from app.core.errors import NotFound
+from app.cli.context import CliContext, api_errors_as_click, pass_context
 
 
 @click.command("disable")
@@ -16,8 +15,6 @@ def disable(ctx: CliContext, runner_id: int) -> None:
     """Disable a runner: its token is refused; a job it holds returns to the queue when its
     lease expires."""
     with ctx.database().session() as session:
-        try:
+        with api_errors_as_click():
             runner = disable_runner(session, runner_id)
-        except NotFound as exc:
-            raise click.ClickException(exc.detail) from exc
         click.echo(f"runner {runner.id} ({runner.name}) disabled")

@@ -7,8 +7,7 @@ import click
 from sqlalchemy import select
 
 from app.auth.tokens import create_registration_token, hash_token, revoke_registration_token
-from app.cli.context import CliContext, pass_context
-from app.core.errors import NotFound
+from app.cli.context import CliContext, api_errors_as_click, pass_context
 from app.core.models import RegistrationToken
 
 
@@ -41,8 +40,6 @@ def token_revoke(ctx: CliContext, id_or_token: str) -> None:
     """Revoke a registration token, given its id or the token itself. Runners it registered keep
     working until disabled (`parallax runner disable ID`)."""
     with ctx.database().session() as session:
-        try:
+        with api_errors_as_click():
             row = revoke_registration_token(session, id_or_token)
-        except NotFound as exc:
-            raise click.ClickException(exc.detail) from exc
         click.echo(f"registration token {row.id} revoked")

@@ -7,8 +7,7 @@ from datetime import timedelta
 import click
 
 from app.auth.tokens import create_user, disable_user
-from app.cli.context import CliContext, pass_context
-from app.core.errors import NotFound
+from app.cli.context import CliContext, api_errors_as_click, pass_context
 
 
 @click.group()
@@ -41,8 +40,6 @@ def user_add(ctx: CliContext, name: str, role: str, expires_in_days: float | Non
 def user_disable(ctx: CliContext, name: str) -> None:
     """Disable a user: their token is refused from now on."""
     with ctx.database().session() as session:
-        try:
+        with api_errors_as_click():
             disable_user(session, name)
-        except NotFound as exc:
-            raise click.ClickException(exc.detail) from exc
     click.echo(f"user {name} disabled")

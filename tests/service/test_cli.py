@@ -120,3 +120,11 @@ def test_user_disable_and_runner_disable_name_what_they_did(env):
         assert session.get(User, 1).disabled and session.get(Runner, 1).disabled
     db.engine.dispose()
     assert CliRunner().invoke(main, ["runner", "disable", "7"], env=env).exit_code == 1
+
+
+@pytest.mark.parametrize("command", [["runner", "disable", "99"], ["user", "disable", "nobody"], ["token", "revoke", "99"]])
+def test_taking_back_something_unknown_names_it_and_exits_1(env, command):
+    invoke(env, "db", "upgrade")
+    result = invoke(env, *command)
+    assert result.exit_code == 1 and "Traceback" not in result.output
+    assert command[-1] in result.output.splitlines()[-1]
