@@ -76,12 +76,12 @@ def register_runner():  # type: ignore[no-untyped-def]
 
 @bp.post("/jobs/claim")
 def claim_job():  # type: ignore[no-untyped-def]
-    capacity = settings()
+    config = settings()
     # Many long-polls are admitted at once; their database work (the token check, each look at
     # the queue) takes turns through one bounded gate per process.
-    gate = wakeups.for_engine(get_db().engine, capacity.claim_concurrency).attempts
-    if not gate.acquire(timeout=capacity.capacity_wait_s):
-        return busy("longpoll", f"claims are queued beyond {capacity.capacity_wait_s:g} s in this process; retry shortly")
+    gate = wakeups.for_engine(get_db().engine, config.claim_concurrency).attempts
+    if not gate.acquire(timeout=config.capacity_wait_s):
+        return busy("longpoll", f"claims are queued beyond {config.capacity_wait_s:g} s in this process; retry shortly")
     try:
         session = request_session()
         runner = require_runner(session)
@@ -90,13 +90,13 @@ def claim_job():  # type: ignore[no-untyped-def]
     finally:
         gate.release()
     body = json_body(required=False)
-    wait_s = min(limits.number(body.get("wait_s", 0), "wait_s", minimum=0), capacity.claim_max_wait_s)
+    wait_s = min(limits.number(body.get("wait_s", 0), "wait_s", minimum=0), config.claim_max_wait_s)
     waiting = metrics.WAITING.labels(platform)
     waiting.inc()
     try:
-        job = queue.claim(get_db(), runner_id, lease_s=capacity.lease_s, wait_s=wait_s, platform=platform,
-                          poll_s=capacity.claim_poll_s, concurrency=capacity.claim_concurrency,
-                          notify=capacity.claim_notify)
+        job = queue.claim(get_db(), runner_id, lease_s=config.lease_s, wait_s=wait_s, platform=platform,
+                          poll_s=config.claim_poll_s, concurrency=config.claim_concurrency,
+                          notify=config.claim_notify)
     finally:
         waiting.dec()
     if job is None:
