@@ -46,9 +46,8 @@ def positions(session: Session, branch: int | None, commit_ids: list[int]) -> di
     if not commit_ids:
         return {}
     if branch is None:
-        first = _first_jobs()
-        return dict(session.execute(select(first.c.commit_id, first.c.first)
-                                    .where(first.c.commit_id.in_(commit_ids))).all())
+        return dict(session.execute(select(Job.commit_id, func.min(Job.id)).where(Job.commit_id.in_(commit_ids))
+                                    .group_by(Job.commit_id)).all())
     return dict(session.execute(select(BranchCommit.commit_id, BranchCommit.position)
                                 .where(BranchCommit.branch_id == branch, BranchCommit.active.is_(True),
                                        BranchCommit.commit_id.in_(commit_ids))).all())
@@ -65,11 +64,24 @@ def recent_commits(session: Session, repository: Repository, limit: int) -> tupl
             .order_by(BranchCommit.position.desc()).limit(limit)))
         if commits:
             return commits, branch
-    newest_job = (select(Job.commit_id, func.max(Job.id).label("newest")).where(Job.repository_id == repository.id)
-                  .group_by(Job.commit_id).subquery())
-    commits = list(session.scalars(select(Commit).join(newest_job, newest_job.c.commit_id == Commit.id)
-                                   .order_by(newest_job.c.newest.desc()).limit(limit)))
-    return commits, None
+    return _commits_of_newest_jobs(session, repository, limit), None
+
+
+def _commits_of_newest_jobs(session: Session, repository: Repository, limit: int) -> list[Commit]:
+    """Walk the repository's jobs newest first, in growing windows, until `limit` distinct commits
+    are found: a commit's jobs are queued together, so the first window nearly always suffices,
+    and the page never groups every job the repository ever had."""
+    window = 16 * limit
+    while True:
+        rows = session.scalars(select(Job.commit_id).where(Job.repository_id == repository.id)
+                               .order_by(Job.id.desc()).limit(window)).all()
+        newest_first = list(dict.fromkeys(rows))
+        if len(newest_first) >= limit or len(rows) < window:
+            break
+        window *= 8
+    wanted = newest_first[:limit]
+    by_id = {c.id: c for c in session.scalars(select(Commit).where(Commit.id.in_(wanted)))}
+    return [by_id[i] for i in wanted]
 
 
 def readings(session: Session, commit_ids: list[int], metric: str | None = None) -> list[Reading]:

@@ -9,7 +9,7 @@ from datetime import timedelta
 from typing import Any
 
 from flask import current_app, render_template
-from sqlalchemy import func, select
+from sqlalchemy import and_, case, func, select
 from sqlalchemy.orm import Session
 
 from app.core.clock import as_utc, utcnow
@@ -55,15 +55,17 @@ def open_alerts(session: Session, limit: int = 20) -> list[Alert]:
 
 
 def fleet(session: Session) -> Fleet:
+    """Counted by the database: a fleet of hundreds of runners is one row per platform here."""
     lease_s = current_app.extensions["parallax.settings"].lease_s
     cutoff = utcnow() - timedelta(seconds=lease_s)
+    is_online = case((and_(Runner.disabled.is_(False), Runner.last_seen_at >= cutoff), 1), else_=0)
     online: dict[str, int] = {}
     registered: dict[str, int] = {}
-    for platform, last_seen, disabled in session.execute(select(Runner.platform, Runner.last_seen_at, Runner.disabled)):
-        registered[platform] = registered.get(platform, 0) + 1
-        seen = as_utc(last_seen)
-        if not disabled and seen is not None and seen >= cutoff:
-            online[platform] = online.get(platform, 0) + 1
+    for platform, count, live in session.execute(
+            select(Runner.platform, func.count(), func.sum(is_online)).group_by(Runner.platform)):
+        registered[platform] = count
+        if live:
+            online[platform] = int(live)
     oldest = session.scalar(select(func.min(Job.created_at)).where(Job.state == JobState.queued))
     return Fleet(online=online, registered=registered, depth=queue_depth(session), oldest_queued=as_utc(oldest))
 
