@@ -3,6 +3,10 @@ CPU engine, and whether the greedy outputs are equal. Best of ``--repeats`` runs
 interleaved; also the process CPU time (less sensitive than the wall time to other load on the
 machine). Prints a table and writes JSON to bench/results/.
 
+Workloads: the reference (SmolLM2-135M's first 8 layers, the calibration workload); the 64-wide
+random toy with 8 layers (the demo's quick model: almost no arithmetic per op, so the worst case
+for a per-op cost); the whole SmolLM2-135M (skipped with ``--reference-only``).
+
     .venv/bin/python bench/sim_overhead.py [--threads 1] [--repeats 5] [--reference-only]
 """
 from __future__ import annotations
@@ -20,7 +24,7 @@ sys.path.insert(0, str(REPO))
 
 from scheduler_core.engine import Engine  # noqa: E402
 from scheduler_core.jobs.results import current_commit  # noqa: E402
-from scheduler_core.model.loader import load_model  # noqa: E402
+from scheduler_core.model.loader import SMOLLM2, TINY_RANDOM_8L, load_model  # noqa: E402
 from scheduler_core.platform import DEFAULT_POLICIES  # noqa: E402
 from scheduler_core.sampling import SamplingParams  # noqa: E402
 from scheduler_core.sim.measure import REFERENCE, Workload, reference_model, run_reference  # noqa: E402
@@ -30,14 +34,15 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--repeats", type=int, default=5)
-    parser.add_argument("--reference-only", action="store_true", help="skip the SmolLM2 workload")
+    parser.add_argument("--reference-only", action="store_true", help="only the reference workload")
     args = parser.parse_args()
     if args.repeats < 1:
         parser.error("--repeats must be at least 1")
     torch.set_num_threads(args.threads)
-    cases = [("reference (random 8-layer)", reference_model, REFERENCE),
-             ("smollm2-135m", lambda: load_model("smollm2-135m", torch.device("cpu"), torch.float32, 0),
-              Workload(batch_size=8, input_len=64, output_len=16))][:1 if args.reference_only else 2]
+    cases = [("reference (smollm2-135m, first 8 layers)", reference_model, REFERENCE),
+             ("tiny-random-8l (64 wide: the worst case)", lambda: load_model(TINY_RANDOM_8L), REFERENCE),
+             ("smollm2-135m (30 layers)", lambda: load_model(SMOLLM2), Workload(batch_size=8, input_len=64, output_len=16))
+             ][:1 if args.reference_only else 3]
     rows = []
     for name, load, workload in cases:
         print(f"{name}: loading and running ...", file=sys.stderr, flush=True)

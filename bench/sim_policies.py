@@ -4,7 +4,7 @@ between decode steps, race-detector hazards. Prints a Markdown table and writes 
 The rows are the vendor defaults, the two SGLang presets (PARALLAX_SYNC_PRESET), each switch alone,
 and the overlap loop off. Noise is off, so the table is exact and reproducible.
 
-    .venv/bin/python bench/sim_policies.py [--profiles cuda-h100 rocm-mi300x] [--output-len 32]
+    .venv/bin/python bench/sim_policies.py [--profiles cuda-h100 rocm-mi300x] [--output-len 32] [--model NAME]
 """
 from __future__ import annotations
 
@@ -22,6 +22,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from scheduler_core.jobs.results import current_commit  # noqa: E402
+from scheduler_core.model.loader import ModelLoadError, load_model  # noqa: E402
 from scheduler_core.platform import DEFAULT_POLICIES, PRESETS, SyncPolicy  # noqa: E402
 from scheduler_core.sim.measure import REFERENCE, reference_model, run_reference  # noqa: E402
 from scheduler_core.sim.profile import load_profile  # noqa: E402
@@ -44,9 +45,14 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--profiles", nargs="+", default=["cuda-h100", "rocm-mi300x"])
     parser.add_argument("--output-len", type=int, default=REFERENCE.output_len)
+    parser.add_argument("--model", default=None,
+                        help="another model (e.g. smollm2-135m, tiny-random-8l) instead of the reference one")
     args = parser.parse_args()
     torch.set_num_threads(1)
-    model = reference_model()
+    try:
+        model = reference_model() if args.model is None else load_model(args.model)
+    except ModelLoadError as exc:
+        parser.error(str(exc))
     workload = dataclasses.replace(REFERENCE, output_len=args.output_len)
     plan = [(p, *row) for p in args.profiles for row in rows(load_profile(p).vendor)]
     results = []
@@ -58,7 +64,7 @@ def main() -> None:
                         "hazard_buffers": sorted({h.buffer for h in run.hazards}),
                         "wall_s": time.perf_counter() - start})
     print(f"reference workload: batch {workload.batch_size}, input {workload.input_len}, output "
-          f"{workload.output_len}, random {model.config.num_layers}-layer model, noise off\n")
+          f"{workload.output_len}, model {model.config.name} ({model.config.num_layers} layers), noise off\n")
     print("| profile | policy | barrier | copy stream | prepare D2H | overlap | tok/s (virtual) | vs default "
           "| device idle % | hazards |")
     print("|---|---|---|---|---|---|---|---|---|---|")
@@ -72,8 +78,9 @@ def main() -> None:
               f"| {r['hazards']}{' (' + ', '.join(r['hazard_buffers']) + ')' if r['hazards'] else ''} |")
     out_dir = REPO / "bench" / "results"
     out_dir.mkdir(parents=True, exist_ok=True)
-    path = out_dir / "sim_policies.json"
-    path.write_text(json.dumps({"commit": current_commit(), "workload": dataclasses.asdict(workload),
+    path = out_dir / ("sim_policies.json" if args.model is None else f"sim_policies-{model.config.name}.json")
+    path.write_text(json.dumps({"commit": current_commit(), "model": model.config.name,
+                                "workload": dataclasses.asdict(workload),
                                 "rows": results}, indent=1))
     print(f"\nwritten to {path.relative_to(REPO)}", file=sys.stderr)
 

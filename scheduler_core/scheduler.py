@@ -87,9 +87,11 @@ class Scheduler:
                              (pools.kv_cache.k, "kv_cache.k"), (pools.kv_cache.v, "kv_cache.v")):
             streams.mark_device(tensor)
             streams.name_buffer(tensor, name)
-        for name, param in self.loaded.model.named_parameters():
-            streams.mark_device(param)
-            streams.name_buffer(param, name)
+        # Buffers too (the rotary cos/sin tables): on a GPU they live beside the weights, and a gather
+        # from them is device work whichever loop built the positions it reads.
+        for name, tensor in (*self.loaded.model.named_parameters(), *self.loaded.model.named_buffers()):
+            streams.mark_device(tensor)
+            streams.name_buffer(tensor, name)
 
     # -- requests -----------------------------------------------------------------------------
     def add_request(self, req: Req) -> None:

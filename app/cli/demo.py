@@ -13,7 +13,8 @@ from app.demo.run import run_demo
               "engine repository and logs (wiped at the start)")
 @click.option("--port", default=0, type=int, help="port for the demo service (0: any free port)")
 @click.option("--model", default="tiny-random-8l", show_default=True,
-              help="model the engine runs (the simulator's reference model; smollm2-135m is the real one, slower)")
+              help="model the engine runs (a 64-wide random toy with 8 layers, quick; smollm2-135m-8l is the "
+                   "simulator's calibration model, smollm2-135m the whole real one, both slower)")
 @click.option("--repeats", default=3, show_default=True, type=click.IntRange(2, 20), help="measured runs per job")
 @click.option("--quick", is_flag=True, help="fewer quiet pushes around each event (every event is kept)")
 @click.option("--exit-when-done", is_flag=True, help="print the summary and stop instead of serving until Ctrl-C")

@@ -15,7 +15,8 @@ from scheduler_core.sim.device import SimDevice
 
 def add_engine_args(parser: argparse.ArgumentParser, *, max_running: int, kv_tokens: int) -> None:
     parser.add_argument("--model", default="smollm2-135m",
-                        help="smollm2-135m, tiny-random (seeded, for fast tests), a .gguf file or an HF directory")
+                        help="smollm2-135m, smollm2-135m-8l (its first 8 layers), tiny-random (seeded, for fast tests), "
+                             "tiny-random-8l, a .gguf file or an HF directory")
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--max-running-requests", type=int, default=max_running)
     parser.add_argument("--kv-tokens", type=int, default=kv_tokens)

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import numpy as np
@@ -18,11 +18,14 @@ from scheduler_core.model.llama import LlamaModel
 from scheduler_core.model.tokenizer import TextTokenizer
 
 TINY_RANDOM = "tiny-random"
-# The simulator's reference model: the tiny random model with 8 layers, so a decode step's forward
-# is long next to the scheduler's few kernels, as in a real model (sim/measure.py calibrates on it).
+# The tiny random model with 8 layers: the demo's quick engine (a forward of 8 real-shaped steps,
+# each far narrower than any real model's).
 TINY_RANDOM_8L = "tiny-random-8l"
 SMOLLM2 = "smollm2-135m"
-KNOWN_NAMES = (SMOLLM2, TINY_RANDOM, TINY_RANDOM_8L)
+# SmolLM2-135M's real weights and layer shapes, its first 8 of 30 layers: the simulator's reference
+# model (sim/measure.py calibrates on it; docs/sim.md says why 8).
+SMOLLM2_8L = "smollm2-135m-8l"
+KNOWN_NAMES = (SMOLLM2, SMOLLM2_8L, TINY_RANDOM, TINY_RANDOM_8L)
 
 
 class ModelLoadError(ValueError):
@@ -59,6 +62,8 @@ def load_model(name: str, device: str | torch.device = "cpu", dtype: torch.dtype
         loaded = _tiny_random(seed, num_layers=8)
     elif name == SMOLLM2:
         loaded = load_gguf(smollm2_gguf_path())
+    elif name == SMOLLM2_8L:
+        loaded = first_layers(load_gguf(smollm2_gguf_path()), 8, SMOLLM2_8L)
     elif Path(name).is_file() and name.endswith(".gguf"):
         loaded = load_gguf(Path(name))
     elif Path(name).is_dir() and (Path(name) / "config.json").is_file():
@@ -68,6 +73,16 @@ def load_model(name: str, device: str | torch.device = "cpu", dtype: torch.dtype
                              "a .gguf file, or a directory with config.json and *.safetensors")
     loaded.model.to(device=device, dtype=dtype).eval()
     return loaded
+
+
+def first_layers(loaded: LoadedModel, num_layers: int, name: str) -> LoadedModel:
+    """The model cut after its first ``num_layers`` decoder layers (the final norm and head kept)."""
+    if not 1 <= num_layers <= loaded.config.num_layers:
+        raise ModelLoadError(f"{loaded.config.name} has {loaded.config.num_layers} layers; cannot keep {num_layers}")
+    config = replace(loaded.config, name=name, num_layers=num_layers)
+    loaded.model.layers = loaded.model.layers[:num_layers]
+    loaded.model.config = config
+    return LoadedModel(model=loaded.model, config=config, tokenizer=loaded.tokenizer, source=loaded.source)
 
 
 def _field(reader, key: str, default=None):

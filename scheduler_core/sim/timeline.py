@@ -33,6 +33,7 @@ class Timeline:
     _tracks: list[str] = field(default_factory=list)
     _names: list[str] = field(default_factory=list)
     _times: array = field(default_factory=lambda: array("d"))  # start, end of each span in turn
+    _issued: array = field(default_factory=lambda: array("d"))  # the host clock when each span was queued
 
     def add(self, track: str, name: str, start: float, end: float) -> None:
         busy = self.busy_us
@@ -44,6 +45,7 @@ class Timeline:
             self._names.append(name)
             self._times.append(start)
             self._times.append(end)
+            self._issued.append(self.host_us)
 
     @property
     def spans(self) -> list[Span]:
@@ -60,11 +62,16 @@ class Timeline:
                 busy += hi - lo
         return max(end_us - start_us - busy, 0.0)
 
-    def extent(self, track: str, after_us: float) -> tuple[float, float]:
-        """(first start, last end) of ``track``'s spans that start at or after ``after_us``."""
-        spans = [(start, end) for start, end in self._on(track) if start >= after_us]
+    def extent(self, track: str, issued_from_us: float) -> tuple[float, float]:
+        """(first start, last end) of ``track``'s spans queued by the host at or after ``issued_from_us``.
+
+        By queue time, not start time: under the overlap loop the host queues the next step while
+        the device still runs the previous one, whose later spans start after that moment."""
+        times, issued = self._times, self._issued
+        spans = [(times[2 * i], times[2 * i + 1]) for i, t in enumerate(self._tracks)
+                 if t == track and issued[i] >= issued_from_us]
         if not spans:
-            raise ValueError(f"no work on {track!r} after {after_us} us")
+            raise ValueError(f"no work queued on {track!r} from {issued_from_us} us")
         return spans[0][0], max(end for _, end in spans)
 
     def _on(self, track: str) -> Iterator[tuple[float, float]]:

@@ -7,13 +7,27 @@ import pytest
 import torch
 
 from scheduler_core.engine import Engine
-from scheduler_core.model.loader import ModelLoadError, load_model, smollm2_gguf_path
+from scheduler_core.model.loader import ModelLoadError, first_layers, load_model, smollm2_gguf_path
 from scheduler_core.sampling import SamplingParams
 
 
 def test_unknown_model_name() -> None:
     with pytest.raises(ModelLoadError, match="unknown model 'llama-9000'.*smollm2-135m"):
         load_model("llama-9000")
+
+
+def test_smollm2_8l_is_smollm2_cut_after_its_eighth_layer() -> None:
+    full, cut = load_model("smollm2-135m"), load_model("smollm2-135m-8l")
+    assert (full.config.num_layers, cut.config.num_layers, len(cut.model.layers)) == (30, 8, 8)
+    for name, param in cut.model.state_dict().items():
+        assert torch.equal(param, full.model.state_dict()[name]), name
+    assert set(full.model.state_dict()) - set(cut.model.state_dict()) == {
+        k for k in full.model.state_dict() if k.startswith("layers.") and int(k.split(".")[1]) >= 8}
+
+
+def test_cutting_more_layers_than_the_model_has_names_both_counts() -> None:
+    with pytest.raises(ModelLoadError, match="tiny-random has 2 layers; cannot keep 3"):
+        first_layers(load_model("tiny-random"), 3, "tiny-random-3l")
 
 
 def test_garbage_gguf_file(tmp_path) -> None:

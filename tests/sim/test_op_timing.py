@@ -1,0 +1,36 @@
+"""What the simulator times as device work: the model's matmuls by their FLOPs, and the gathers
+from the model's buffers (the rotary tables) in either loop."""
+from __future__ import annotations
+
+import dataclasses
+from collections import Counter
+
+import torch
+
+from scheduler_core.platform import DEFAULT_POLICIES, Platform
+from scheduler_core.sim.device import SimDevice
+from scheduler_core.sim.measure import run_reference
+from scheduler_core.sim.profile import load_profile
+
+from .conftest import SMALL
+
+SLOW_MATMUL = dataclasses.replace(load_profile("cuda-h100"), name="cuda-slow-matmul", matmul_tflops=0.01)
+
+
+def test_a_linear_is_timed_by_its_flops() -> None:
+    device = SimDevice(Platform("sim", SLOW_MATMUL.name), SLOW_MATMUL)
+    x, weight = torch.randn(1024, 256), torch.randn(512, 256)
+    for t in (x, weight):
+        device.mark_device(t)
+    with device.stream(device.new_stream("forward")), torch.inference_mode():
+        torch.nn.functional.linear(x, weight)
+    (span,) = [s for s in device.timeline.spans if s.name == "linear"]
+    flop_us = 2 * 1024 * 256 * 512 / (SLOW_MATMUL.matmul_tflops * 1e6)
+    assert span.end_us - span.start_us >= flop_us
+
+
+def test_rotary_gathers_are_device_work_in_the_normal_loop_too(tiny) -> None:
+    run = run_reference(tiny, "cuda-h100", DEFAULT_POLICIES["cuda"], overlap=False, workload=SMALL)
+    gathers = Counter(s.name for s in run.device.timeline.spans if s.track == "default")["index.Tensor"]
+    forwards = SMALL.output_len  # one prefill and output_len - 1 decode steps
+    assert gathers >= 4 * tiny.config.num_layers * forwards    # cos and sin, for q and for k, in every layer
