@@ -1,4 +1,4 @@
-"""Decode-throughput job: one-batch mode (fixed batch/input/output lengths, median decode step → tok/s)
+"""Decode-throughput job: one-batch mode (fixed batch/input/output lengths → decode tok/s, first token to last)
 or serving mode (N requests with seeded random lengths through continuous batching → output
 throughput, TTFT and ITL p50/p99, TPOT). Writes the results document to $PARALLAX_RESULTS.
 
