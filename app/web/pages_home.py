@@ -9,7 +9,7 @@ from datetime import timedelta
 from typing import Any
 
 from flask import current_app, render_template
-from sqlalchemy import and_, case, func, select
+from sqlalchemy import ColumnElement, and_, case, func, select
 from sqlalchemy.orm import Session
 
 from app.core.clock import as_utc, utcnow
@@ -54,11 +54,15 @@ def open_alerts(session: Session, limit: int = 20) -> list[Alert]:
     return sorted(alerts, key=alert_priority)[:limit]
 
 
+def runner_online() -> ColumnElement[bool]:
+    """A runner is online when it is enabled and was seen within one lease (SQL, for a query)."""
+    cutoff = utcnow() - timedelta(seconds=current_app.extensions["parallax.settings"].lease_s)
+    return and_(Runner.disabled.is_(False), Runner.last_seen_at >= cutoff)
+
+
 def fleet(session: Session) -> Fleet:
     """Counted by the database: a fleet of hundreds of runners is one row per platform here."""
-    lease_s = current_app.extensions["parallax.settings"].lease_s
-    cutoff = utcnow() - timedelta(seconds=lease_s)
-    is_online = case((and_(Runner.disabled.is_(False), Runner.last_seen_at >= cutoff), 1), else_=0)
+    is_online = case((runner_online(), 1), else_=0)
     online: dict[str, int] = {}
     registered: dict[str, int] = {}
     for platform, count, live in session.execute(

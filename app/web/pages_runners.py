@@ -2,14 +2,11 @@
 lease), its current job, its recent failures and its last heartbeat; and the queue."""
 from __future__ import annotations
 
-from datetime import timedelta
-
 from flask import current_app, render_template
 from sqlalchemy import select
 
-from app.core.clock import as_utc, utcnow
 from app.core.models import Job, JobAttempt, JobState, Runner
-from app.web.pages_home import fleet
+from app.web.pages_home import fleet, runner_online
 from app.web.session import request_session
 
 RECENT_FAILURES = 5
@@ -18,8 +15,9 @@ RECENT_FAILURES = 5
 def runners_page() -> str:
     session = request_session()
     lease_s = current_app.extensions["parallax.settings"].lease_s
-    cutoff = utcnow() - timedelta(seconds=lease_s)
-    runners = list(session.scalars(select(Runner).order_by(Runner.platform, Runner.name)))
+    listed = session.execute(select(Runner, runner_online()).order_by(Runner.platform, Runner.name)).all()
+    runners = [runner for runner, _ in listed]
+    online = {runner.id: bool(is_online) for runner, is_online in listed}   # NULL (never seen) is offline
     current = {runner_id: job for runner_id, job in
                ((j.runner_id, j) for j in session.scalars(select(Job).where(Job.state == JobState.running)))}
     failures: dict[int, list[JobAttempt]] = {}
@@ -28,8 +26,6 @@ def runners_page() -> str:
         listed = failures.setdefault(attempt.runner_id, [])
         if len(listed) < RECENT_FAILURES:
             listed.append(attempt)
-    online = {r.id: not r.disabled and as_utc(r.last_seen_at) is not None and as_utc(r.last_seen_at) >= cutoff
-              for r in runners}
     queued = list(session.scalars(select(Job).where(Job.state == JobState.queued)
                                   .order_by(Job.priority.desc(), Job.id).limit(50)))
     return render_template("runners.html", runners=runners, current=current, failures=failures, online=online,

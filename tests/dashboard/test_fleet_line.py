@@ -1,5 +1,5 @@
-"""The home page's fleet line, counted by the database on both backends: a runner is online when it
-is enabled and was seen within one lease; disabled and silent runners are still registered."""
+"""The home page's fleet line and the runners page, on both backends, by one rule: a runner is online
+when it is enabled and was seen within one lease; disabled and silent runners are still registered."""
 import re
 from datetime import timedelta
 
@@ -44,3 +44,15 @@ def test_fleet_line_counts_enabled_runners_seen_within_a_lease(fleet_app):
 
 def test_fleet_line_without_runners_says_so(fleet_app):
     assert "no runners registered" in fleet_line(fleet_app.test_client())
+
+
+def test_runners_page_marks_each_runner_by_the_same_rule(fleet_app):
+    lease_s = fleet_app.extensions["parallax.settings"].lease_s
+    with fleet_app.extensions["parallax.db"].session() as session:
+        add_runner(session, "fresh", "rocm", seen_s_ago=1)
+        add_runner(session, "silent", "rocm", seen_s_ago=lease_s + 60)
+        add_runner(session, "disabled", "rocm", seen_s_ago=1, disabled=True)
+        add_runner(session, "never-seen", "cuda", seen_s_ago=None)
+    body = fleet_app.test_client().get("/runners").get_data(as_text=True)
+    marked = {name: state for state, name in re.findall(r'<tr class="(online|offline)" data-runner="([\w-]+)"', body)}
+    assert marked == {"fresh": "online", "silent": "offline", "disabled": "offline", "never-seen": "offline"}
