@@ -37,7 +37,8 @@ def branch_id(session: Session, repository: Repository, name: str | None = None)
 
 
 def _first_jobs():  # type: ignore[no-untyped-def]
-    return select(Job.commit_id, func.min(Job.id).label("first")).group_by(Job.commit_id).subquery()
+    """Each commit's first job id: the queue order of commits without branch history."""
+    return select(Job.commit_id, func.min(Job.id).label("first")).group_by(Job.commit_id)
 
 
 def positions(session: Session, branch: int | None, commit_ids: list[int]) -> dict[int, int]:
@@ -46,8 +47,7 @@ def positions(session: Session, branch: int | None, commit_ids: list[int]) -> di
     if not commit_ids:
         return {}
     if branch is None:
-        return dict(session.execute(select(Job.commit_id, func.min(Job.id)).where(Job.commit_id.in_(commit_ids))
-                                    .group_by(Job.commit_id)).all())
+        return dict(session.execute(_first_jobs().where(Job.commit_id.in_(commit_ids))).all())
     return dict(session.execute(select(BranchCommit.commit_id, BranchCommit.position)
                                 .where(BranchCommit.branch_id == branch, BranchCommit.active.is_(True),
                                        BranchCommit.commit_id.in_(commit_ids))).all())
@@ -149,7 +149,7 @@ def previous_readings(session: Session, branch: int | None, found: list[Reading]
 
 def _previous_commit(session: Session, query, branch: int | None, position: int) -> int | None:  # type: ignore[no-untyped-def]
     if branch is None:
-        first = _first_jobs()
+        first = _first_jobs().subquery()
         query = query.join(first, first.c.commit_id == Run.commit_id).where(first.c.first < position) \
             .order_by(first.c.first.desc())
     else:
