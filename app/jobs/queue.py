@@ -10,8 +10,10 @@ import logging
 import random
 import time
 from datetime import timedelta
+from typing import Any
 
 from sqlalchemy import delete, event, func, select, update
+from sqlalchemy import true as sa_true
 from sqlalchemy.orm import Session, selectinload
 
 from app.core import signals
@@ -155,17 +157,21 @@ def _labels_match(required: dict, labels: dict) -> bool:
     return all(str(labels.get(key)) == str(value) for key, value in required.items())
 
 
-def try_claim(db: Database, runner_id: int, lease_s: int) -> Job | None:
-    """Claim the most urgent queued job for the runner's platform, or None.
+def try_claim(db: Database, runner_id: int, lease_s: int, *, platform: str | None = None,
+              labels: dict[str, Any] | None = None) -> Job | None:
+    """Claim the most urgent queued job for the runner's platform, or None. `platform` and
+    `labels` are the runner's, when the caller has them (else they are read).
 
     PostgreSQL: `FOR UPDATE SKIP LOCKED`, so concurrent claimers pass over each other's rows.
     SQLite: the whole read-then-write runs in a `BEGIN IMMEDIATE` transaction (app.db), so
     claimers take turns."""
     with db.session() as session:
-        runner = session.get(Runner, runner_id)
-        assert runner is not None
-        query = (select(Job, Suite.labels).join(Suite, Suite.id == Job.suite_id)
-                 .where(Job.state == JobState.queued, Job.platform == runner.platform)
+        if platform is None or labels is None:
+            runner = session.get(Runner, runner_id)
+            assert runner is not None
+            platform, labels = runner.platform, runner.labels or {}
+        query = (select(Job, Suite).join(Suite, Suite.id == Job.suite_id)
+                 .where(Job.state == JobState.queued, Job.platform == platform)
                  .order_by(Job.priority.desc(), Job.id.asc()).limit(25))
         if not is_sqlite(session):
             query = query.with_for_update(skip_locked=True, of=Job)
@@ -175,26 +181,32 @@ def try_claim(db: Database, runner_id: int, lease_s: int) -> Job | None:
         # nothing; skipped while there is queued work, which the duty requeues behind).
         if not candidates and reap_expired(session):
             candidates = list(session.execute(query))
-        for job, required in candidates:
-            if not _labels_match(required or {}, runner.labels or {}):
+        for job, suite in candidates:
+            if not _labels_match(suite.labels or {}, labels):
                 continue
             moment = utcnow()
             job.state = JobState.running
-            job.runner_id = runner.id
+            job.runner_id = runner_id
             job.lease_expires_at = moment + timedelta(seconds=lease_s)
             job.started_at = moment
-            session.add(JobAttempt(job_id=job.id, attempt=job.attempt, runner_id=runner.id, claimed_at=moment))
+            session.add(JobAttempt(job_id=job.id, attempt=job.attempt, runner_id=runner_id, claimed_at=moment))
             session.flush()
             # Load what the claim response needs while the session is open, so the caller can
             # answer without going back to the database (a failure then would strand the job
-            # until its lease expires).
-            _ = (job.commit.sha, job.repository.url, job.suite.command)
+            # until its lease expires): one statement puts the commit and repository in the
+            # identity map, where `job.commit` and `job.repository` find them (the suite is
+            # there already). The identity map holds objects weakly: keep them referenced.
+            commit, repository = session.execute(
+                select(Commit, Repository).join(Repository, sa_true())
+                .where(Commit.id == job.commit_id, Repository.id == job.repository_id)).one()
+            _ = (job.commit.sha, job.repository.url, job.suite.command, commit, repository)
             return job
     return None
 
 
 def claim(db: Database, runner_id: int, *, lease_s: int, wait_s: float = 0.0, platform: str | None = None,
-          poll_s: float | None = None, concurrency: int = 2, notify: bool = True) -> Job | None:
+          labels: dict[str, Any] | None = None, poll_s: float | None = None, concurrency: int = 2,
+          notify: bool = True) -> Job | None:
     """Claim with long-poll: look at the queue, then sleep until woken (`app.jobs.wakeups`: a
     job for this platform was queued) or until the fallback poll, until `wait_s` has passed.
 
@@ -207,12 +219,12 @@ def claim(db: Database, runner_id: int, *, lease_s: int, wait_s: float = 0.0, pl
     Jobs must be queued through `enqueue` (or requeued by this module) to wake waiters. With
     `notify` off the process does not LISTEN and waiters always poll."""
     found = wakeups.for_engine(db.engine, concurrency)
-    if platform is None:
+    if platform is None or labels is None:
         with db.session() as session:
             runner = session.get(Runner, runner_id)
             if runner is None:
                 raise NotFound(f"runner {runner_id} does not exist")
-            platform = runner.platform
+            platform, labels = runner.platform, runner.labels or {}
     if poll_s is None:
         poll_s = 1.0 if is_sqlite(db.engine) else 5.0
     deadline = time.monotonic() + max(0.0, wait_s)
@@ -225,7 +237,7 @@ def claim(db: Database, runner_id: int, *, lease_s: int, wait_s: float = 0.0, pl
             if not found.attempts.acquire(timeout=max(deadline - time.monotonic(), 1.0)):
                 return None
             try:
-                job = try_claim(db, runner_id, lease_s)
+                job = try_claim(db, runner_id, lease_s, platform=platform, labels=labels)
             finally:
                 found.attempts.release()
             if job is not None:
@@ -249,6 +261,12 @@ def held_job(session: Session, runner: Runner, job_id: int, attempt: int | None 
     job = session.scalar(query)
     if job is None:
         raise NotFound(f"job {job_id} does not exist")
+    return _require_holder(session, job, runner, attempt)
+
+
+def _require_holder(session: Session, job: Job, runner: Runner, attempt: int | None) -> Job:
+    """The job, if `runner` holds its current lease (see `held_job`)."""
+    job_id = job.id
     # The state is what protects a succeeded job: it keeps `runner_id` (who ran it), so without
     # the state condition its runner could still heartbeat it or fail it back into the queue.
     holds = (job.state == JobState.running and job.runner_id == runner.id
@@ -301,24 +319,25 @@ def complete(session: Session, runner: Runner, job_id: int, raw: bytes, max_byte
     The job row is locked, and read fresh, before anything is decided: concurrent identical
     completions then take turns, and each sees what the one before it stored."""
     digest = document_hash(raw)
-    query = select(Job).where(Job.id == job_id).execution_options(populate_existing=True)
+    query = (select(Job, Suite.name).join(Suite, Suite.id == Job.suite_id).where(Job.id == job_id)
+             .execution_options(populate_existing=True))
     if not is_sqlite(session):
-        query = query.with_for_update()
-    job = session.scalar(query)
-    if job is None:
+        query = query.with_for_update(of=Job)
+    row = session.execute(query).one_or_none()
+    if row is None:
         raise NotFound(f"job {job_id} does not exist")
+    job, suite_name = row
     if job.state == JobState.succeeded:
         run = session.scalar(select(Run).where(Run.job_id == job_id).order_by(Run.id.desc()).limit(1))
         if run is not None and run.runner_id == runner.id and run.document_sha256 == digest:
             return run, False
-    job = held_job(session, runner, job_id, attempt)
+    job = _require_holder(session, job, runner, attempt)
     try:
         document = loads(raw, max_bytes=max_bytes, limits=limits)
     except ResultsError as exc:
         raise Invalid(str(exc), extra={"field": exc.field}) from exc
-    suite = session.get(Suite, job.suite_id)
-    if suite is not None and document.suite != suite.name:
-        raise Invalid(f"suite: document is for suite {document.suite!r}, but job {job_id} runs {suite.name!r}",
+    if document.suite != suite_name:
+        raise Invalid(f"suite: document is for suite {document.suite!r}, but job {job_id} runs {suite_name!r}",
                       extra={"field": "suite"})
     run = store_run(session, job, runner.id, document, digest)
     moment = utcnow()

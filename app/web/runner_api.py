@@ -85,7 +85,7 @@ def claim_job():  # type: ignore[no-untyped-def]
     try:
         session = request_session()
         runner = require_runner(session)
-        runner_id, platform = runner.id, runner.platform
+        runner_id, platform, labels = runner.id, runner.platform, dict(runner.labels or {})
         session.close()  # do not hold a connection through the long-poll
     finally:
         gate.release()
@@ -95,7 +95,7 @@ def claim_job():  # type: ignore[no-untyped-def]
     waiting.inc()
     try:
         job = queue.claim(get_db(), runner_id, lease_s=config.lease_s, wait_s=wait_s, platform=platform,
-                          poll_s=config.claim_poll_s, concurrency=config.claim_concurrency,
+                          labels=labels, poll_s=config.claim_poll_s, concurrency=config.claim_concurrency,
                           notify=config.claim_notify)
     finally:
         waiting.dec()
