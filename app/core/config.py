@@ -92,13 +92,15 @@ class Settings:
     capacity_wait_s: float = 5.0
     claim_poll_s: float | None = None  # None: 5 s on PostgreSQL (NOTIFY wakes), 1 s on SQLite
     claim_notify: bool = True  # off: waiters poll (e.g. behind a pooler that cannot LISTEN)
+    # The dashboard home page's content is a per-process snapshot at most this old (0: fresh).
+    home_max_age_s: float = 5.0
 
     def suite(self, name: str) -> SuiteSpec | None:
         return next((s for s in self.suites if s.name == name), None)
 
 
 def _number_env(env: Mapping[str, str], name: str, default: D, parse: Callable[[str], N], kind: str,
-                positive: bool) -> N | D:
+                positive: bool, minimum: float | None = None) -> N | D:
     raw = env.get(name)
     if raw is None or raw == "":
         return default
@@ -108,6 +110,8 @@ def _number_env(env: Mapping[str, str], name: str, default: D, parse: Callable[[
         raise ConfigError(f"{name} must be {kind}, got {raw!r}") from exc
     if positive and not value > 0:  # `not >` also refuses nan
         raise ConfigError(f"{name} must be positive, got {raw!r}")
+    if minimum is not None and not minimum <= value < float("inf"):
+        raise ConfigError(f"{name} must be a finite number of at least {minimum:g}, got {raw!r}")
     return value
 
 
@@ -115,8 +119,9 @@ def _int_env(env: Mapping[str, str], name: str, default: int, *, positive: bool 
     return _number_env(env, name, default, int, "an integer", positive)
 
 
-def _float_env(env: Mapping[str, str], name: str, default: float | None, *, positive: bool = False) -> float | None:
-    return _number_env(env, name, default, float, "a number", positive)
+def _float_env(env: Mapping[str, str], name: str, default: D, *, positive: bool = False,
+               minimum: float | None = None) -> float | D:
+    return _number_env(env, name, default, float, "a number", positive, minimum)
 
 
 def _bool_env(env: Mapping[str, str], name: str, default: bool) -> bool:
@@ -252,6 +257,7 @@ def load_settings(env: Mapping[str, str] | None = None, **overrides: Any) -> Set
         "capacity_wait_s": _float_env(env, "PARALLAX_CAPACITY_WAIT_S", 5.0, positive=True),
         "claim_poll_s": _float_env(env, "PARALLAX_CLAIM_POLL_S", None, positive=True),
         "claim_notify": _bool_env(env, "PARALLAX_CLAIM_NOTIFY", True),
+        "home_max_age_s": _float_env(env, "PARALLAX_HOME_MAX_AGE_S", 5.0, minimum=0.0),
     }
     config_path = overrides.pop("config_path", None) or env.get("PARALLAX_CONFIG")
     if config_path is None and Path("parallax.toml").is_file():

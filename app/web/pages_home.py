@@ -4,11 +4,13 @@ showing the headline metric's change from the previous measured commit, coloured
 detector's verdict."""
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass
-from datetime import timedelta
+from datetime import datetime, timedelta, timezone
 from typing import Any
 
 from flask import current_app, render_template
+from markupsafe import Markup
 from sqlalchemy import ColumnElement, and_, case, func, select
 from sqlalchemy.orm import Session
 
@@ -19,6 +21,9 @@ from app.jobs.queue import queue_depth
 from app.web.dash_common import OPEN_STATES, median, relative, verdict_of
 from app.web.dash_queries import group_by_series, headline_metrics, positions, previous_samples, readings, recent_commits
 from app.web.session import request_session
+from app.web.snapshot import Snapshot
+
+log = logging.getLogger(__name__)
 
 RECENT_COMMITS = 30
 
@@ -127,6 +132,21 @@ def matrix(session: Session, commits: list[Commit], branch: int | None
 
 
 def index() -> str:
+    """The page around a per-process snapshot of its content (`app.web.snapshot`): the content
+    is the same for everyone, and rendering it is a dozen queries, which under a fleet's load
+    is the dashboard's tail. `PARALLAX_HOME_MAX_AGE_S` 0 renders it on every request."""
+    max_age_s = current_app.extensions["parallax.settings"].home_max_age_s
+    snapshot: Snapshot = current_app.extensions.setdefault("parallax.home_snapshot", Snapshot(_log_failed_refresh))
+    rendered = snapshot.get(_content, max_age_s)
+    as_of = datetime.fromtimestamp(rendered.rendered_at, timezone.utc).strftime("%H:%M:%S UTC")
+    return render_template("index.html", body=Markup(rendered.html), as_of=as_of, max_age_s=max_age_s)
+
+
+def _log_failed_refresh(exc: BaseException) -> None:
+    log.error("home page refresh failed; serving the previous one", exc_info=exc)
+
+
+def _content() -> str:
     session = request_session()
     repositories = []
     for repository in session.scalars(select(Repository).order_by(Repository.name)):
@@ -135,4 +155,5 @@ def index() -> str:
         ordered = f"{repository.default_branch} (first-parent history)" if branch is not None else "most recently queued"
         repositories.append({"repo": repository, "commits": commits, "ordered": ordered, "columns": columns,
                              "cells": cells})
-    return render_template("index.html", repositories=repositories, alerts=open_alerts(session), fleet=fleet(session))
+    return render_template("home_body.html", repositories=repositories, alerts=open_alerts(session),
+                           fleet=fleet(session))

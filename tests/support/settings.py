@@ -36,6 +36,8 @@ def make_settings(database_url: str, **overrides: object) -> Settings:
         "repositories": [{"name": "demo/engine", "url": "https://github.com/demo/engine.git"}],
         "suites": SUITES,
     })
-    values = dict(database_url=database_url, admin_token=ADMIN_TOKEN, testing=True, **catalogue)
+    # Pages rendered fresh: a test that changes data and reloads the home page means to see it
+    # (the snapshot has its own tests, which set its age).
+    values = dict(database_url=database_url, admin_token=ADMIN_TOKEN, testing=True, home_max_age_s=0.0, **catalogue)
     values.update(overrides)
     return Settings(**values)
