@@ -33,6 +33,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from app.core.clock import utcnow  # noqa: E402
+from app.core.config import load_settings  # noqa: E402
 from app.core.db import Database  # noqa: E402
 from app.core.models import Runner  # noqa: E402
 from app.jobs.queue import deliver_stored_runs  # noqa: E402
@@ -116,6 +117,15 @@ def main() -> None:
         def home() -> None:
             assert client.get("/").status_code == 200
 
+        # The same page with its content rendered on every request (PARALLAX_HOME_MAX_AGE_S=0):
+        # what the snapshot saves, and what its background refresh costs once per max age.
+        fresh_app = create_app(load_settings(home_max_age_s=0.0))
+        fresh_client = fresh_app.test_client()
+        fresh_counter = StatementCounter(fresh_app.extensions["parallax.db"].engine)
+
+        def home_rendered() -> None:
+            assert fresh_client.get("/").status_code == 200
+
         for _ in range(args.jobs // 2 - args.requests):  # half the jobs have results, as mid-way through a fleet run
             claim()
             complete()
@@ -124,8 +134,11 @@ def main() -> None:
         rows = [measure("claim (no wait)", claim, counter, args.requests),
                 measure("complete", complete, counter, args.requests),
                 measure("webhook (push, untracked repository)", webhook, counter, args.requests),
-                measure("dashboard GET /", home, counter, max(args.requests // 5, 1))]
+                measure("dashboard GET / (snapshot, the default)", home, counter, max(args.requests // 5, 1)),
+                measure("dashboard GET / (content rendered)", home_rendered, fresh_counter,
+                        max(args.requests // 5, 1))]
         db.engine.dispose()
+        fresh_app.extensions["parallax.db"].engine.dispose()
     print(f"{args.runners} runners, {args.jobs} jobs ({args.jobs // 2} with results), PostgreSQL, "
           f"process CPU time through the Flask test client\n")
     print("| route | requests | CPU ms p50 | CPU ms mean | SQL statements |")
