@@ -216,6 +216,7 @@ def claim(db: Database, runner_id: int, *, lease_s: int, wait_s: float = 0.0, pl
     wait is over: polling 500 waiters every few seconds would cost more than the claims. It
     polls every `poll_s` when nobody listens: SQLite, where other processes' enqueues are found
     only that way (default 1 s), or a PostgreSQL listener that is reconnecting (default 5 s).
+    A listening waiter that reaches its deadline un-woken answers None without a last look.
     Jobs must be queued through `enqueue` (or requeued by this module) to wake waiters. With
     `notify` off the process does not LISTEN and waiters always poll."""
     found = wakeups.for_engine(db.engine, concurrency)
