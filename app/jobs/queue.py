@@ -157,19 +157,14 @@ def _labels_match(required: dict, labels: dict) -> bool:
     return all(str(labels.get(key)) == str(value) for key, value in required.items())
 
 
-def try_claim(db: Database, runner_id: int, lease_s: int, *, platform: str | None = None,
-              labels: dict[str, Any] | None = None) -> Job | None:
+def try_claim(db: Database, runner_id: int, lease_s: int, *, platform: str, labels: dict[str, Any]) -> Job | None:
     """Claim the most urgent queued job for the runner's platform, or None. `platform` and
-    `labels` are the runner's, when the caller has them (else they are read).
+    `labels` are the runner's, which the caller has read already.
 
     PostgreSQL: `FOR UPDATE SKIP LOCKED`, so concurrent claimers pass over each other's rows.
     SQLite: the whole read-then-write runs in a `BEGIN IMMEDIATE` transaction (app.db), so
     claimers take turns."""
     with db.session() as session:
-        if platform is None or labels is None:
-            runner = session.get(Runner, runner_id)
-            assert runner is not None
-            platform, labels = runner.platform, runner.labels or {}
         query = (select(Job, Suite).join(Suite, Suite.id == Job.suite_id)
                  .where(Job.state == JobState.queued, Job.platform == platform)
                  .order_by(Job.priority.desc(), Job.id.asc()).limit(25))

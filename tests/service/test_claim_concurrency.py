@@ -9,6 +9,8 @@ from app.core.db import Database
 from app.core.models import Job, JobAttempt, JobState, Repository, Runner, Suite
 from app.jobs.queue import get_or_create_commit, try_claim
 
+LABELS = {"platform": "cpu"}   # every seeded runner's
+
 
 def seed(db: Database, jobs: int, runners: int) -> list[int]:
     with db.session() as session:
@@ -17,7 +19,7 @@ def seed(db: Database, jobs: int, runners: int) -> list[int]:
         for i in range(jobs):
             commit = get_or_create_commit(session, repo, f"{i:040x}")
             session.add(Job(repository_id=repo.id, commit_id=commit.id, suite_id=suite.id, platform="cpu"))
-        runner_rows = [Runner(name=f"r{i}", platform="cpu", labels={"platform": "cpu"}, token_hash=f"{i:064x}")
+        runner_rows = [Runner(name=f"r{i}", platform="cpu", labels=LABELS, token_hash=f"{i:064x}")
                        for i in range(runners)]
         session.add_all(runner_rows)
         session.flush()
@@ -32,7 +34,7 @@ def claim_all(db: Database, runner_ids: list[int]) -> tuple[Counter, list[BaseEx
     def worker(runner_id: int) -> None:
         try:
             while True:
-                job = try_claim(db, runner_id, lease_s=600)
+                job = try_claim(db, runner_id, lease_s=600, platform="cpu", labels=LABELS)
                 if job is None:
                     return
                 with lock:
