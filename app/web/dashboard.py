@@ -28,6 +28,7 @@ for name, function in FILTERS.items():
     bp.add_app_template_filter(function, name)
 
 bp.add_url_rule("/", "index", pages_home.index)
+bp.record_once(pages_home.install_snapshot)
 bp.add_url_rule("/series", "series_page", pages_series.series_page)
 bp.add_url_rule("/series/chart", "series_chart", pages_series.series_chart)
 bp.add_url_rule("/commits/<sha>", "commit_page", pages_commit.commit_page)

@@ -10,6 +10,7 @@ from datetime import datetime, timedelta, timezone
 from typing import Any
 
 from flask import current_app, render_template
+from flask.blueprints import BlueprintSetupState
 from markupsafe import Markup
 from sqlalchemy import ColumnElement, and_, case, func, select
 from sqlalchemy.orm import Session
@@ -26,6 +27,7 @@ from app.web.snapshot import Snapshot
 log = logging.getLogger(__name__)
 
 RECENT_COMMITS = 30
+SNAPSHOT = "parallax.home_snapshot"
 
 
 @dataclass
@@ -136,10 +138,15 @@ def index() -> str:
     is the same for everyone, and rendering it is a dozen queries, which under a fleet's load
     is the dashboard's tail. `PARALLAX_HOME_MAX_AGE_S` 0 renders it on every request."""
     max_age_s = current_app.extensions["parallax.settings"].home_max_age_s
-    snapshot: Snapshot = current_app.extensions.setdefault("parallax.home_snapshot", Snapshot(_log_failed_refresh))
+    snapshot: Snapshot = current_app.extensions[SNAPSHOT]
     rendered = snapshot.get(_content, max_age_s)
     as_of = datetime.fromtimestamp(rendered.rendered_at, timezone.utc).strftime("%H:%M:%S UTC")
     return render_template("index.html", body=Markup(rendered.html), as_of=as_of, max_age_s=max_age_s)
+
+
+def install_snapshot(state: BlueprintSetupState) -> None:
+    """One home-page snapshot per application, made when the dashboard is registered."""
+    state.app.extensions[SNAPSHOT] = Snapshot(_log_failed_refresh)
 
 
 def _log_failed_refresh(exc: BaseException) -> None:

@@ -20,7 +20,6 @@ from flask import copy_current_request_context
 class Rendered:
     html: str
     rendered_at: float      # time.time() when its render started: what the page says it shows
-    took_s: float
 
 
 class Snapshot:
@@ -74,6 +73,5 @@ class Snapshot:
 
 
 def _timed(render: Callable[[], str]) -> Rendered:
-    wall, start = time.time(), time.perf_counter()
-    html = render()
-    return Rendered(html=html, rendered_at=wall, took_s=time.perf_counter() - start)
+    started = time.time()
+    return Rendered(html=render(), rendered_at=started)
