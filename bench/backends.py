@@ -1,12 +1,12 @@
 """What the benchmarks share: scratch databases on both backends (from `app.core.scratch`), the
-service benches' catalogue, seeding and `parallax serve` environment, an aligned table printer
-and the JSON results writer."""
+service benches' catalogue, seeding and `parallax serve` environment, a log of the SQL statements
+an engine sends, an aligned table printer and the JSON results writer."""
 from __future__ import annotations
 
 import json
 import tomllib
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable, TypeVar
 
 import sqlalchemy as sa
 
@@ -19,6 +19,7 @@ from app.core.scratch import scratch_postgres, scratch_sqlite  # noqa: F401 (re-
 from app.jobs.catalogue import sync_catalogue
 from app.jobs.queue import get_or_create_commit
 
+T = TypeVar("T")
 ROOT = Path(__file__).resolve().parents[1]
 DEFAULT_POSTGRES = "postgresql+psycopg://postgres@127.0.0.1:5432/test"
 
@@ -55,6 +56,24 @@ def seed(url: str, jobs: int = 0) -> str:
         token = create_registration_token(session)
     database.engine.dispose()
     return token
+
+
+class StatementLog:
+    """The statements an engine sends (SQLAlchemy's cursor event; transaction control included, as
+    the driver sends it), each with its whitespace collapsed and cut to 120 characters."""
+
+    def __init__(self, engine: sa.Engine) -> None:
+        self.seen: list[str] = []
+        sa.event.listen(engine, "before_cursor_execute", self._seen)
+
+    def _seen(self, _conn: Any, _cursor: Any, statement: str, *_: Any) -> None:
+        self.seen.append(" ".join(statement.split())[:120])
+
+    def during(self, call: Callable[[], T]) -> tuple[T, list[str]]:
+        """What `call` returns and the statements sent while it ran."""
+        self.seen.clear()
+        result = call()
+        return result, list(self.seen)
 
 
 def service_env(url: str, tmp: Path, **extra: str) -> dict[str, str]:

@@ -26,7 +26,6 @@ import uuid
 from pathlib import Path
 from typing import Any, Callable
 
-import sqlalchemy as sa
 from tqdm import tqdm
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -38,36 +37,30 @@ from app.core.db import Database  # noqa: E402
 from app.core.models import Runner  # noqa: E402
 from app.jobs.queue import deliver_stored_runs  # noqa: E402
 from app.web import create_app  # noqa: E402
-from bench.backends import DEFAULT_POSTGRES, DOC, scratch_postgres, seed, service_env, write_results  # noqa: E402
+from bench.backends import (  # noqa: E402
+    DEFAULT_POSTGRES,
+    DOC,
+    StatementLog,
+    scratch_postgres,
+    seed,
+    service_env,
+    write_results,
+)
 
 SECRET = "request-cost-secret"
 
 
-class StatementCounter:
-    """Counts the statements the app's engine sends (SQLAlchemy's cursor event)."""
-
-    def __init__(self, engine: sa.Engine) -> None:
-        self.count = 0
-        self.seen: list[str] = []
-        sa.event.listen(engine, "before_cursor_execute", self._seen)
-
-    def _seen(self, _conn: Any, _cursor: Any, statement: str, *_: Any) -> None:
-        self.count += 1
-        self.seen.append(" ".join(statement.split())[:120])
-
-
-def measure(label: str, request: Callable[[], None], counter: StatementCounter, n: int) -> dict[str, Any]:
-    cpu_ms, statements = [], []
+def measure(label: str, request: Callable[[], None], log: StatementLog, n: int) -> dict[str, Any]:
+    cpu_ms, statements, sent = [], [], []
     for _ in tqdm(range(n), desc=label, file=sys.stderr, leave=False):
-        before, start = counter.count, time.process_time()
-        counter.seen.clear()
-        request()
+        start = time.process_time()
+        _, sent = log.during(request)
         cpu_ms.append(1000 * (time.process_time() - start))
-        statements.append(counter.count - before)
-    # The last request's statements (first 120 characters each): what to cut next.
+        statements.append(len(sent))
+    # The last request's statements: what to cut next.
     return {"route": label, "requests": n, "cpu_ms_p50": statistics.median(cpu_ms),
             "cpu_ms_mean": statistics.fmean(cpu_ms), "statements": statistics.median(statements),
-            "last_request_statements": list(counter.seen)}
+            "last_request_statements": sent}
 
 
 def main() -> None:
@@ -121,7 +114,7 @@ def main() -> None:
         # what the snapshot saves, and what its background refresh costs once per max age.
         fresh_app = create_app(load_settings(home_max_age_s=0.0))
         fresh_client = fresh_app.test_client()
-        fresh_counter = StatementCounter(fresh_app.extensions["parallax.db"].engine)
+        fresh_counter = StatementLog(fresh_app.extensions["parallax.db"].engine)
 
         def home_rendered() -> None:
             assert fresh_client.get("/").status_code == 200
@@ -130,7 +123,7 @@ def main() -> None:
             claim()
             complete()
         deliver_stored_runs(db, limit=100_000)
-        counter = StatementCounter(db.engine)
+        counter = StatementLog(db.engine)
         rows = [measure("claim (no wait)", claim, counter, args.requests),
                 measure("complete", complete, counter, args.requests),
                 measure("webhook (push, untracked repository)", webhook, counter, args.requests),

@@ -7,7 +7,8 @@ import time
 import pytest
 
 from app.jobs import wakeups
-from tests.fleet.test_statements_per_job import Statements
+from bench.backends import StatementLog
+from tests.fleet.test_statements_per_job import statements_during
 from tests.support.service_api import register
 
 # The runner's token, the queue, the lease reaper's look for expired leases.
@@ -28,7 +29,7 @@ def test_a_long_poll_that_nothing_wakes_looks_at_the_queue_once(client, app, db)
     while not found.listening() and time.monotonic() < deadline:
         time.sleep(0.05)
     assert found.listening(), "the LISTEN connection did not come up"
-    statements = Statements(db.engine)
-    answered, sent = statements.during(lambda: client.post("/api/v1/jobs/claim", json={"wait_s": 0.5}, headers=headers))
+    log = StatementLog(db.engine)
+    answered, sent = statements_during(log, lambda: client.post("/api/v1/jobs/claim", json={"wait_s": 0.5}, headers=headers))
     assert answered.status_code == 204
     assert len(sent) <= EMPTY_LONGPOLL_STATEMENTS, sent
