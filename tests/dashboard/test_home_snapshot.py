@@ -12,6 +12,7 @@ from app.core.models import Runner
 from app.web import create_app
 from app.web.snapshot import Snapshot
 from tests.dashboard.test_pages import sign_in
+from tests.support.runner_harness import wait_for
 from tests.support.settings import make_settings
 
 MAX_AGE_S = 0.5
@@ -33,15 +34,6 @@ def home(client) -> str:
     return client.get("/").get_data(as_text=True)
 
 
-def eventually(predicate, timeout_s: float = 10.0) -> bool:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if predicate():
-            return True
-        time.sleep(0.05)
-    return False
-
-
 def test_a_change_shows_after_the_max_age_without_any_request_rendering_it(snapshot_app):
     client = snapshot_app.test_client()
     assert "no runners registered" in home(client)
@@ -49,7 +41,7 @@ def test_a_change_shows_after_the_max_age_without_any_request_rendering_it(snaps
     assert "no runners registered" in home(client)            # within the age: the snapshot
     time.sleep(MAX_AGE_S + 0.1)
     assert "no runners registered" in home(client)            # past it: still the old one, refreshing
-    assert eventually(lambda: "rocm 0/1 online" in home(client))
+    wait_for(lambda: "rocm 0/1 online" in home(client), 10, "the refreshed home page")
 
 
 def test_the_page_says_how_old_its_content_may_be(snapshot_app):
@@ -110,8 +102,8 @@ def test_a_failed_refresh_keeps_the_old_content_and_the_next_stale_request_retri
         assert snapshot.get(render, MAX_AGE_S).html == "first"
         time.sleep(MAX_AGE_S + 0.1)
         assert snapshot.get(render, MAX_AGE_S).html == "first"        # starts the refresh that fails
-        assert eventually(lambda: len(errors) == 1)
-        assert eventually(lambda: snapshot.get(render, MAX_AGE_S).html == "third")
+        wait_for(lambda: len(errors) == 1, 10, "the failed refresh")
+        wait_for(lambda: snapshot.get(render, MAX_AGE_S).html == "third", 10, "the retried refresh")
     assert str(errors[0]) == "database went away"
 
 
