@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
+from typing import Any
 
 import torch
 
@@ -43,6 +44,9 @@ class Req:
     text: str = ""
     arrival: float = field(default_factory=time.perf_counter)
     token_times: list[float] = field(default_factory=list)
+    # A constraint on the output (scheduler_core.grammar.Grammar): tokens are sampled under its mask,
+    # which needs the previous token on the host (the overlap loop does not overlap such a batch).
+    grammar: Any = None
 
     def __post_init__(self) -> None:
         if self.sampling.seed is not None:
@@ -184,6 +188,11 @@ class ScheduleBatch:
         for r in self.reqs:
             r.kv_len += 1
         return batch
+
+    def needs_host_tokens(self) -> bool:
+        """True when sampling this batch needs every request's previous token on the host (a grammar's
+        mask follows the tokens so far): upstream's grammar sync, which disables overlap for the batch."""
+        return any(r.grammar is not None for r in self.reqs)
 
     def filter_finished(self) -> None:
         self.reqs = [r for r in self.reqs if not r.finished]

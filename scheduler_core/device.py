@@ -118,6 +118,11 @@ class Device(ABC):
     def name_buffer(self, tensor: torch.Tensor, name: str) -> None:
         """Give ``tensor``'s memory a name for diagnostics (the simulator's hazard reports)."""
 
+    def declare_reads_done(self, event: Event, tensors: Sequence[torch.Tensor]) -> None:
+        """``event``, just recorded on the current stream, claims that stream's last read of ``tensors``
+        for this batch is behind it (a read-done event others wait on). The simulator checks the claim:
+        a later read by that stream, before it next waits on another stream, is a hazard."""
+
     @property
     def shares_host_memory(self) -> bool:
         """True when device tensors are host memory (the CPU): no host mirror of device tables needed."""
@@ -314,7 +319,7 @@ class Call:
 
     op: str  # new_stream, enter_stream, exit_stream, wait_stream, wait_event, record_event,
     #          stream_synchronize, event_synchronize, event_query, synchronize, copy, to_host,
-    #          pin, empty_pinned, record_stream, to_host_sync
+    #          pin, empty_pinned, record_stream, to_host_sync, reads_done
     stream: str | None = None
     other: str | None = None  # wait_stream: the stream waited on
     event: int | None = None  # record_event / wait_event / event_*: the event's number
@@ -448,6 +453,13 @@ class RecordingDevice(Device):
 
     def name_buffer(self, tensor: torch.Tensor, name: str) -> None:
         self.inner.name_buffer(tensor, name)
+
+    def declare_reads_done(self, event: Event, tensors: Sequence[torch.Tensor]) -> None:
+        if not isinstance(event, RecordedEvent):
+            raise TypeError("declare_reads_done got an event this RecordingDevice did not record")
+        self.calls.append(Call("reads_done", stream=self.inner.current_stream().name, event=event.number,
+                               detail=str(len(tensors))))
+        self.inner.declare_reads_done(event.inner, tensors)
 
     @property
     def shares_host_memory(self) -> bool:

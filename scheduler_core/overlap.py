@@ -15,6 +15,7 @@ disaggregated loops in ``disagg.py`` reuse the pipeline.
 from __future__ import annotations
 
 import time
+from collections import deque
 from dataclasses import dataclass, field
 from typing import Any, Callable, Protocol
 
@@ -29,6 +30,8 @@ from scheduler_core.pools import Pools
 from scheduler_core.records import BatchResult, StepRecord
 from scheduler_core.sampling import sample
 
+# Launched batches kept alive by the record buffer: N+1 is launched before N is processed, so two.
+RECORD_SLOTS = 2
 
 class Scheduler(Protocol):
     """What the overlap machinery uses of ``scheduler.Scheduler`` (which imports this module; this
@@ -171,6 +174,9 @@ class OverlapPipeline:
             # Two buffers: batch N+1 is launched before batch N's copy is read.
             self._pinned = [device.empty_pinned((rows,), torch.int64) for _ in range(2)]
         self._launches = 0
+        # Upstream's batch_record_buf: each launched batch stays referenced for two launches.
+        self.record_buf: list[list[torch.Tensor] | None] = [None] * RECORD_SLOTS
+        self._record_ct = 0
         self.futures = FutureMap(device, rows)
         for i, buf in enumerate(self._pinned):
             device.name_buffer(buf, f"seq_lens_host[{i}] (pinned)")
@@ -217,25 +223,28 @@ class OverlapPipeline:
         fwd.wait_stream(self.schedule)
         tokens = margins = seq_lens_host = prepare_done = None
         launch_no = self._launches
-        # Allocated on the schedule stream, read on the forward stream: record_stream keeps the
-        # allocator from handing their memory to the schedule stream while the forward reads it.
-        # The host drops them when launch returns, as SGLang does.
+        # Built on the schedule stream, read on the forward stream: the two-slot record buffer keeps
+        # them alive until the launch after next, by when the host has waited for this batch's
+        # result (upstream's ``batch_record_buf``), so the allocator cannot hand their memory back early.
         shared_tensors = forward_batch.tensors()
         for t, name in zip(shared_tensors, _batch_tensor_names(forward_batch)):
             device.mark_device(t)  # built on the device by the schedule stream (host->device copies)
             device.name_buffer(t, name)
+        self._record_batch(shared_tensors)
+        del shared_tensors
         keep: list[torch.Tensor] = []
         with device.stream(fwd):
-            for t in shared_tensors:
-                device.record_stream(t, fwd)
-            del shared_tensors
             forward_batch.input_ids = futures.resolve(forward_batch.input_ids)
+            # The forward's last read of the shared request tables (req_to_token, seq_lens) is the
+            # attention metadata gathered before the layers run; the read-done event goes right after.
+            forward_batch.materialize()
+            shared_read_done = None
+            if self.policy.war_barrier and self.policy.war_barrier_read_gated:
+                shared_read_done = fwd.record_event()
+                device.declare_reads_done(shared_read_done, self._shared_buffers())
             seq_lens = forward_batch.positions[forward_batch.logits_index] + 1
             device.name_buffer(seq_lens, "seq_lens (forward prepare)")
-            if self.prepare_d2h is not None:
-                ready = fwd.record_event()
-            else:
-                seq_lens_host = device.to_host_sync(seq_lens)  # the plain, blocking path
+            ready = fwd.record_event() if self.prepare_d2h is not None else None
             logits = sched.loaded.model(forward_batch, sched.pools.kv_cache)
             if rows:
                 picked = [batch.reqs[i] for i in rows]
@@ -248,7 +257,10 @@ class OverlapPipeline:
                 futures.publish(picked, slots, launch_no)
                 keep += [tokens, margins, seq_lens]
         del forward_batch
-        if self.prepare_d2h is not None:
+        # Outside speculative decoding the host already knows every length: no per-step blocking copy.
+        # With the forward-prepare D2H stream (CUDA) the lengths still go to a pinned buffer without
+        # blocking anyone, and ``finish`` checks them against the host's (a relay check).
+        if self.prepare_d2h is not None and ready is not None:
             pinned = self._pinned[self._launches % 2][: seq_lens.numel()]
             self.prepare_d2h.wait_event(ready)
             with device.stream(self.prepare_d2h):
@@ -273,9 +285,17 @@ class OverlapPipeline:
                     tokens_host, margins_host = device.to_host(tokens), device.to_host(margins)
                     copy_done = fwd.record_event()
                 device.name_buffer(tokens_host, "next_token_ids_host")
+        else:
+            # Nothing sampled (a middle prefill chunk): the host still waits for the batch before the
+            # record buffer lets its tensors go.
+            copy_done = fwd.record_event()
         if self.policy.war_barrier:
-            # The scheduler must not overwrite what the in-flight forward still reads.
-            self.schedule.wait_stream(fwd)
+            # The scheduler must not overwrite what the in-flight forward still reads: read-gated, only
+            # until the forward's last shared read; coarse (forced, or no event), the whole forward.
+            if self.policy.war_barrier_read_gated and shared_read_done is not None:
+                self.schedule.wait_event(shared_read_done)
+            else:
+                self.schedule.wait_stream(fwd)
 
         seconds = time.perf_counter() - start
         step = StepRecord(batch.mode, len(batch.reqs), n_tokens, seconds, shared, batch.mixed, started)
@@ -283,6 +303,16 @@ class OverlapPipeline:
         return InFlight(snapshot, rows, launch_no, [r.retractions for r in batch.reqs], tokens_host, margins_host,
                         copy_done, expected, seq_lens_host,
                         prepare_done, seconds, keep), step
+
+    def _record_batch(self, tensors: list[torch.Tensor]) -> None:
+        """Keep ``tensors`` alive in the next slot of the record buffer (dropping the oldest batch's)."""
+        self._record_ct = (self._record_ct + 1) % len(self.record_buf)
+        self.record_buf[self._record_ct] = tensors
+
+    def _shared_buffers(self) -> list[torch.Tensor]:
+        """What the schedule stream writes and the forward reads: the request tables."""
+        pool = self.scheduler.pools.req_to_token
+        return [pool.table, pool.seq_lens]
 
     # -- finish -------------------------------------------------------------------------------
     def finish(self, inflight: InFlight) -> BatchResult:
@@ -292,6 +322,7 @@ class OverlapPipeline:
         margins: list[float | None] = [None] * n
         if inflight.copy_done is not None:
             inflight.copy_done.synchronize()
+        if inflight.tokens_host is not None:
             device = self.device
             reqs = inflight.batch.reqs
             for i, tok, gap in zip(inflight.rows, device.host_list(inflight.tokens_host),
@@ -336,9 +367,12 @@ class OverlapLoop:
     """The overlap event loop, one iteration per ``step()``: schedule and launch batch N, then process
     batch N-1 while N runs. ``run_overlap_loop`` drives it; the disaggregated decode loop reuses it.
 
+    As upstream's ``event_loop_overlap``, launched batches wait in ``result_queue`` (a deque of
+    ``InFlight``) and ``is_disable_overlap_for_batch`` decides when a batch must not overlap the one
+    before it: consecutive extend batches with ``sched.overlap_consecutive_prefill`` off, and a batch
+    that needs its predecessor's tokens on the host first (grammar: ``ScheduleBatch.needs_host_tokens``).
     Scheduling may retract running requests while the previous batch is in flight (as upstream
-    SGLang does): that batch's result for a retracted request is stale and skipped. With
-    ``sched.overlap_consecutive_prefill`` off, an extend batch waits for the extend batch before it.
+    SGLang does): that batch's result for a retracted request is stale and skipped.
     """
 
     def __init__(self, sched: Scheduler, on_finish: Callable[[Req], None] | None = None, prefix: str = "") -> None:
@@ -346,30 +380,54 @@ class OverlapLoop:
         self.on_finish = on_finish
         self.device, self.policy = scheduler_device_and_policy(sched)
         self.pipe = OverlapPipeline(sched, self.device, self.policy, prefix)
-        self.pending: InFlight | None = None
+        self.result_queue: deque[InFlight] = deque()
+        self.last_batch: ScheduleBatch | None = None
+        self.disabled_overlaps = 0  # batches that waited for their predecessor's result
+
+    @property
+    def pending(self) -> InFlight | None:
+        """The oldest launched batch not processed yet."""
+        return self.result_queue[0] if self.result_queue else None
 
     def busy(self) -> bool:
-        return self.sched.has_work() or self.pending is not None
+        return self.sched.has_work() or bool(self.result_queue)
 
-    def _process_pending(self) -> None:
-        inflight, self.pending = self.pending, None
-        if inflight is not None:
-            self.sched.process_batch_result(inflight.batch, self.pipe.finish(inflight))
+    def is_disable_overlap_for_batch(self, batch: ScheduleBatch | None) -> bool:
+        if batch is None or not self.result_queue:
+            return False
+        last = self.result_queue[-1].batch
+        consecutive_prefill = (not self.sched.overlap_consecutive_prefill and batch.mode == "extend"
+                               and last.mode == "extend")
+        return consecutive_prefill or batch.needs_host_tokens()
+
+    def pop_and_process(self) -> bool:
+        """Process the oldest launched batch; False when none was in flight."""
+        if not self.result_queue:
+            return False
+        inflight = self.result_queue.popleft()
+        self.sched.process_batch_result(inflight.batch, self.pipe.finish(inflight))
+        return True
 
     def step(self) -> None:
         sched = self.sched
         with self.device.stream(self.pipe.schedule):
             batch = sched.get_next_batch_to_run()
-            if (self.pending is not None and batch is not None and not sched.overlap_consecutive_prefill
-                    and batch.mode == "extend" and self.pending.batch.mode == "extend"):
-                self._process_pending()
-            launched = None
+            disable_overlap = self.is_disable_overlap_for_batch(batch)
+            processed = False
+            if disable_overlap and batch is not None:
+                self.disabled_overlaps += 1
+                processed = self.pop_and_process()
+                batch.filter_finished()  # requests the processed result finished do not run again
+                if batch.is_empty():
+                    batch = None
             if batch is not None:
                 launched, record = self.pipe.launch(batch)
                 sched.steps.append(record)
-            processed = self.pending is not None
-            self._process_pending()
-            self.pending = launched
+                self.result_queue.append(launched)
+            if not disable_overlap:
+                while len(self.result_queue) > (1 if batch is not None else 0):
+                    processed = self.pop_and_process() or processed
+            self.last_batch = batch
             drained = sched._drain(self.on_finish)
             # Nothing ran, nothing was in flight to free memory, nothing finished: stuck for good.
             if batch is None and not processed and not drained and sched.has_work():

@@ -10,14 +10,22 @@ kept here as data, so the scheduler asks the policy and never the platform:
   ``copy_stream.wait_stream(forward_stream)`` and a ``copy_done`` event) instead of the forward
   stream. Cost ROCm 10-20 % decode throughput, so ROCm copies on the forward stream.
 - ``fwd_prepare_d2h``: a forward-prepare D2H stream with pinned host buffers, which compensates for
-  the barrier's occupancy cost on CUDA; other platforms use the plain ``.cpu()`` path.
+  the barrier's occupancy cost on CUDA; other platforms use the plain ``.cpu()`` path. Outside
+  speculative decoding no platform blocks on a per-step sequence-length copy.
+- ``war_barrier_read_gated``: with the barrier on, the schedule stream waits on the forward's
+  *shared-read-done* event (recorded right after its last read of ``req_to_token`` / ``seq_lens``)
+  instead of ``wait_stream(forward)``, as upstream after #28363; off is the forced-coarse barrier.
+- ``hip_publish_sync``: the HIP workaround of #26672: the host synchronises on the forward's
+  ``publish_ready`` event before the speculative sequence-length copy, instead of a device-side wait.
 
 ``PARALLAX_DEVICE`` picks the platform (``auto``/unset, ``cpu``, ``cuda``, ``rocm`` or
 ``sim:<profile>``); ``PARALLAX_SYNC_PRESET`` replays the switches SGLang had right after a pull
 request (``sglang-26380``: the WAR barrier and the forward-prepare D2H stream on every platform;
-``sglang-29075``: the decode-result copy on a dedicated copy stream on every platform);
-``PARALLAX_WAR_BARRIER``, ``PARALLAX_COPY_STREAM`` and ``PARALLAX_FWD_PREPARE_D2H`` (``0`` or
-``1``) then override one switch each for experiments. See docs/sync_policy.md.
+``sglang-29075``: the decode-result copy on a dedicated copy stream on every platform;
+``sglang-28363``: the read-gated barrier; ``sglang-36054``: the open proposal to turn the read-gated
+barrier on for ROCm too); ``PARALLAX_WAR_BARRIER``, ``PARALLAX_COPY_STREAM``,
+``PARALLAX_FWD_PREPARE_D2H``, ``PARALLAX_WAR_BARRIER_READ_GATED`` and ``PARALLAX_HIP_PUBLISH_SYNC``
+(``0`` or ``1``) then override one switch each for experiments. See docs/sync_policy.md.
 """
 from __future__ import annotations
 
@@ -149,21 +157,27 @@ def detect_platform(environ: Mapping[str, str] | None = None) -> Platform:
 
 @dataclass(frozen=True)
 class SyncPolicy:
-    """The three synchronisation switches of the overlap loops (see the module docstring)."""
+    """The synchronisation switches of the overlap loops (see the module docstring)."""
 
     war_barrier: bool
     copy_stream: bool
     fwd_prepare_d2h: bool
+    war_barrier_read_gated: bool = False  # False: the coarse wait_stream(forward) barrier
+    hip_publish_sync: bool = False
 
 
-# Defaults encode the two upstream fixes: the WAR barrier and its forward-prepare D2H stream are
-# CUDA-only, and ROCm copies results on the forward stream. The CPU's work is synchronous, so
-# every switch would only add bookkeeping there.
+# Defaults encode the upstream fixes: the WAR barrier (read-gated since #28363) and its
+# forward-prepare D2H stream are CUDA-only, ROCm copies results on the forward stream and takes the
+# HIP publish_ready synchronisation (#26672). The CPU's work is synchronous, so every switch would
+# only add bookkeeping there.
 DEFAULT_POLICIES: Mapping[Vendor, SyncPolicy] = {
-    "cuda": SyncPolicy(war_barrier=True, copy_stream=True, fwd_prepare_d2h=True),
+    "cuda": SyncPolicy(war_barrier=True, copy_stream=True, fwd_prepare_d2h=True, war_barrier_read_gated=True),
     "rocm": SyncPolicy(war_barrier=False, copy_stream=False, fwd_prepare_d2h=False),
     "cpu": SyncPolicy(war_barrier=False, copy_stream=False, fwd_prepare_d2h=False),
 }
+# The HIP publish_ready workaround is ROCm's alone; kept off the line above, which the demo's story
+# edits as text (app/demo/story.py).
+DEFAULT_POLICIES = {**DEFAULT_POLICIES, "rocm": dataclasses.replace(DEFAULT_POLICIES["rocm"], hip_publish_sync=True)}
 
 PRESET_ENV = "PARALLAX_SYNC_PRESET"
 
@@ -184,13 +198,24 @@ PRESETS: Mapping[str, Preset] = {
         "right after SGLang #26380: schedule_stream.wait_stream(forward_stream) on every platform, and the "
         "forward-prepare D2H stream with pinned buffers created for CUDA and HIP (`_is_cuda or _is_hip`); "
         "decode results still copied on the forward stream",
-        {"war_barrier": True, "fwd_prepare_d2h": True, "copy_stream": False}),
+        {"war_barrier": True, "fwd_prepare_d2h": True, "copy_stream": False,
+         "war_barrier_read_gated": False, "hip_publish_sync": False}),
     "sglang-29075": Preset(
         "sglang-29075",
         "right after SGLang #29075: the decode-result D2H copy on a dedicated copy stream "
         "(copy_stream.wait_stream(forward_stream) + copy_done event) on every platform; the WAR barrier "
         "and forward-prepare D2H stream already CUDA-only",
         {"copy_stream": True}),
+    "sglang-28363": Preset(
+        "sglang-28363",
+        "SGLang after #28363 (and #31687, #34052, #34916): the WAR barrier waits on the forward's "
+        "shared-read-done event instead of the whole forward stream; still CUDA-only",
+        {"war_barrier_read_gated": True}),
+    "sglang-36054": Preset(
+        "sglang-36054",
+        "the open proposal #36054: the read-gated WAR barrier on by default on ROCm too (and so on every "
+        "platform); Parallax's forecast of what it costs",
+        {"war_barrier": True, "war_barrier_read_gated": True}),
 }
 
 
@@ -208,6 +233,8 @@ OVERRIDE_ENV: Mapping[str, str] = {
     "PARALLAX_WAR_BARRIER": "war_barrier",
     "PARALLAX_COPY_STREAM": "copy_stream",
     "PARALLAX_FWD_PREPARE_D2H": "fwd_prepare_d2h",
+    "PARALLAX_WAR_BARRIER_READ_GATED": "war_barrier_read_gated",
+    "PARALLAX_HIP_PUBLISH_SYNC": "hip_publish_sync",
 }
 
 
@@ -248,6 +275,14 @@ class ActivePolicy:
     @property
     def fwd_prepare_d2h(self) -> bool:
         return self.sync.fwd_prepare_d2h
+
+    @property
+    def war_barrier_read_gated(self) -> bool:
+        return self.sync.war_barrier_read_gated
+
+    @property
+    def hip_publish_sync(self) -> bool:
+        return self.sync.hip_publish_sync
 
     def as_context(self) -> dict[str, Any]:
         return {

@@ -293,6 +293,12 @@ class SimDevice(Device):
         if key is not None:
             self.detector.name(key, name)
 
+    def declare_reads_done(self, event: Event, tensors: Sequence[torch.Tensor]) -> None:
+        if not isinstance(event, SimEvent) or event.device is not self:
+            raise TypeError("declare_reads_done got a foreign event")
+        keys = [k for k in (self._key(t, event.stream.sid) for t in tensors) if k is not None]
+        self.detector.reads_done(event.stream.sid, event.clock, keys, _stack())
+
     def now(self) -> float:
         return self.timeline.host_us * 1e-6
 

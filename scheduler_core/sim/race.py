@@ -14,6 +14,12 @@ other than its allocating stream used it, without ``record_stream`` for that act
 use being ordered before the allocating stream's current position, may be handed out again by a
 caching allocator while the use is still running: a use-after-free hazard (reported at the free).
 
+A stream may claim, with an event, that its reads of some blocks are done (``reads_done``: upstream's
+shared-read-done event, which another stream waits on instead of the whole stream). The claim holds
+until the stream next waits on another actor (the next batch); a read of a claimed block by that
+stream before then means the event was recorded too early: a read-after-read-done hazard naming the
+event's record and the late read.
+
 This module knows nothing about torch, so the fuzz test drives it directly.
 """
 from __future__ import annotations
@@ -48,6 +54,7 @@ class Hazard:
     """An unordered pair of accesses to one buffer (or a reuse of a block still in use)."""
 
     kind: str  # "read-after-write" | "write-after-read" | "write-after-write" | "use-after-free"
+    #          | "read-after-read-done"
     buffer: str
     first_op: str
     first_stream: str
@@ -97,6 +104,8 @@ class RaceDetector:
         # this version of it need not join again.
         self._host_version = 0
         self._seen_host: list[int] = [0]
+        # stream -> {block: the read-done event's record (as an Access)}: reads the stream claimed done.
+        self.claims: dict[int, dict[Hashable, Access]] = {}
 
     # -- actors and ordering ----------------------------------------------------------------------
     def new_stream(self, name: str) -> int:
@@ -127,11 +136,13 @@ class RaceDetector:
         return tuple(self.clocks[stream])
 
     def wait_event(self, stream: int, event: Clock) -> None:
+        self.claims.pop(stream, None)
         self.launch(stream)
         self._join(stream, event)
 
     def wait_stream(self, stream: int, other: int) -> None:
         """``stream`` waits for all work queued on ``other`` so far."""
+        self.claims.pop(stream, None)
         self.launch(stream)
         self.launch(other)
         self._join(stream, self.clocks[other])
@@ -150,6 +161,14 @@ class RaceDetector:
     def ordered(self, earlier: Access, actor: int) -> bool:
         return earlier.actor == actor or self.clocks[actor][earlier.actor] >= earlier.epoch
 
+    def reads_done(self, stream: int, event: Clock, keys: list[Hashable], stack: object = ()) -> None:
+        """The event ``event`` (recorded on ``stream``) claims ``stream``'s reads of ``keys`` are done
+        until ``stream`` next waits on another actor."""
+        record = Access(stream, event[stream], "shared-read-done event recorded", stack)
+        claimed = self.claims.setdefault(stream, {})
+        for key in keys:
+            claimed[key] = record
+
     # -- memory -----------------------------------------------------------------------------------
     def op(self, actor: int, op: str, reads: list[Hashable], writes: list[Hashable],
            stack: object = (), fresh: list[tuple[Hashable, object]] = ()) -> list[Hazard]:  # type: ignore[assignment]
@@ -165,6 +184,12 @@ class RaceDetector:
         access = Access(actor, clock[actor], op, stack)
         found: list[Hazard] = []
         blocks = self.blocks
+        claimed = self.claims.get(actor)
+        if claimed:
+            for key in reads:
+                record = claimed.pop(key, None)  # one report per claim
+                if record is not None:
+                    found.append(self._hazard("read-after-read-done", self._block(key, actor), record, access))
         # Inlined ``ordered``: an earlier access is ordered when it is this actor's own or this
         # actor's clock has reached it (this loop runs for every device op).
         for key in reads:

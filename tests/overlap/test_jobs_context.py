@@ -34,7 +34,8 @@ def test_no_overlap_is_recorded_with_the_cpu_policy(results) -> None:
     context = _load(results)["context"]
     assert context["overlap"] is False and context["disaggregation"] is None
     assert context["platform"] == "cpu"
-    assert context["sync_policy"] == {"war_barrier": False, "copy_stream": False, "fwd_prepare_d2h": False}
+    assert context["sync_policy"] == {"war_barrier": False, "copy_stream": False, "fwd_prepare_d2h": False,
+                                      "war_barrier_read_gated": False, "hip_publish_sync": False}
     assert context["sync_policy_overrides"] == []
 
 
@@ -56,7 +57,8 @@ def test_simulated_platform_is_labelled_and_follows_its_vendor_policy(results, m
     assert doc["environment"]["platform"] == "rocm-sim" and doc["environment"]["simulated"] is True
     assert doc["environment"]["sim_profile"] == "rocm-mi300x"
     assert doc["context"]["platform"] == "rocm-sim"
-    assert doc["context"]["sync_policy"] == {"war_barrier": False, "copy_stream": False, "fwd_prepare_d2h": False}
+    assert doc["context"]["sync_policy"] == {"war_barrier": False, "copy_stream": False, "fwd_prepare_d2h": False,
+                                             "war_barrier_read_gated": False, "hip_publish_sync": True}
 
 
 def test_one_batch_mode_refuses_disaggregation(results) -> None:
@@ -89,7 +91,8 @@ def test_preset_26380_on_rocm_sim_is_recorded_and_race_free(results, monkeypatch
     decode_throughput.main(ARGS)
     doc = _load(results)
     assert doc["context"]["sync_preset"] == "sglang-26380"
-    assert doc["context"]["sync_policy"] == {"war_barrier": True, "copy_stream": False, "fwd_prepare_d2h": True}
+    assert doc["context"]["sync_policy"] == {"war_barrier": True, "copy_stream": False, "fwd_prepare_d2h": True,
+                                             "war_barrier_read_gated": False, "hip_publish_sync": False}
     assert {m["name"]: m["samples"] for m in doc["metrics"]}["hazards"] == [0.0]
 
 

@@ -27,7 +27,8 @@ PARAMS = SamplingParams(max_new_tokens=4, ignore_eos=True)
 class Behaviour:
     """What a loop did, as seen through the device calls."""
 
-    war_barrier: bool  # schedule.wait_stream(forward)
+    war_barrier: bool  # schedule.wait_stream(forward), or schedule.wait_event(shared-read-done)
+    read_gated: bool  # the barrier waits on the forward's shared-read-done event, not the whole stream
     copy_stream: bool  # results copied to the host on a "copy" stream
     fwd_prepare_d2h: bool  # a forward-prepare D2H stream with pinned buffers
     forward_waits_schedule: bool  # forward.wait_stream(schedule) before each launch
@@ -41,12 +42,15 @@ def role(stream: str | None) -> str | None:
 
 def behaviour(rec: RecordingDevice) -> Behaviour:
     waits = {(role(c.stream), role(c.other)) for c in rec.calls_of("wait_stream")}
+    read_done = {c.event for c in rec.calls_of("reads_done") if role(c.stream) == "forward"}
+    gated = any(role(c.stream) == "schedule" and c.event in read_done for c in rec.calls_of("wait_event"))
     streams = {role(c.stream) for c in rec.calls_of("new_stream")}
     result_copies = [c for c in rec.calls_of("to_host") if role(c.stream) in ("copy", "forward")]
     on_copy = [c for c in result_copies if role(c.stream) == "copy"]
     assert not on_copy or len(on_copy) == len(result_copies), "results copied on two different streams"
     return Behaviour(
-        war_barrier=("schedule", "forward") in waits,
+        war_barrier=("schedule", "forward") in waits or gated,
+        read_gated=gated,
         copy_stream="copy" in streams and bool(on_copy),
         fwd_prepare_d2h="fwd_prepare_d2h" in streams and bool(rec.calls_of("empty_pinned")),
         forward_waits_schedule=("forward", "schedule") in waits,
@@ -100,16 +104,31 @@ def test_hip_policy_uses_none_of_them_in_any_loop(tiny_model) -> None:
         assert seen.forward_waits_schedule and seen.results_copied > 0, name
 
 
-def test_barrier_comes_after_the_launch_it_guards(tiny_model) -> None:
-    """The barrier waits on the forward stream after the batch's forward-stream work was queued."""
+def test_cuda_barrier_is_read_gated_and_forced_coarse_by_the_override(tiny_model) -> None:
+    assert behaviour(run_overlap(tiny_model, CUDA)).read_gated
+    coarse = behaviour(run_overlap(tiny_model, resolve_policy(Platform("cuda"), {"PARALLAX_WAR_BARRIER_READ_GATED": "0"})))
+    assert coarse.war_barrier and not coarse.read_gated
+
+
+def test_read_done_event_is_recorded_on_the_forward_stream_before_the_layers_run(tiny_model) -> None:
     rec = run_overlap(tiny_model, CUDA)
+    ops = [(c.op, c.stream) for c in rec.calls]
+    first = ops.index(("reads_done", "forward"))
+    assert ("record_event", "forward") == ops[first - 1]
+    # the schedule stream's wait on it comes after the batch's forward work was queued
+    assert ("wait_event", "schedule") in ops[first:]
+
+
+def test_barrier_comes_after_the_launch_it_guards(tiny_model) -> None:
+    """The coarse barrier waits on the forward stream after the batch's forward-stream work was queued."""
+    rec = run_overlap(tiny_model, resolve_policy(Platform("cuda"), {"PARALLAX_WAR_BARRIER_READ_GATED": "0"}))
     ops = [(c.op, c.stream, c.other) for c in rec.calls]
     barrier = ops.index(("wait_stream", "schedule", "forward"))
     assert ("enter_stream", "forward", None) in ops[:barrier]
     assert ("wait_stream", "forward", "schedule") in ops[:barrier]
 
 
-@pytest.mark.parametrize("variable", list(OVERRIDE_ENV))
+@pytest.mark.parametrize("variable", ["PARALLAX_WAR_BARRIER", "PARALLAX_COPY_STREAM", "PARALLAX_FWD_PREPARE_D2H"])
 @pytest.mark.parametrize("platform", ["cuda", "rocm"])
 def test_each_override_flips_exactly_one_behaviour(tiny_model, variable: str, platform: str) -> None:
     base = resolve_policy(Platform(platform), {})
@@ -135,5 +154,6 @@ def test_engine_context_records_policy_and_overrides(tiny_model) -> None:
     settings = engine.settings()
     assert settings["overlap"] is True and settings["disaggregation"] is None
     assert settings["platform"] == "rocm"
-    assert settings["sync_policy"] == {"war_barrier": False, "copy_stream": True, "fwd_prepare_d2h": False}
+    assert settings["sync_policy"] == {"war_barrier": False, "copy_stream": True, "fwd_prepare_d2h": False,
+                                       "war_barrier_read_gated": False, "hip_publish_sync": True}
     assert [o["variable"] for o in settings["sync_policy_overrides"]] == ["PARALLAX_COPY_STREAM"]

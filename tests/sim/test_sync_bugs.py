@@ -64,11 +64,33 @@ def no_prepare_wait(pipe: OverlapPipeline) -> None:
     pipe.prepare_d2h.wait_event = lambda event: None
 
 
-def no_record_stream(pipe: OverlapPipeline) -> None:
-    """Delete ``record_stream`` of the in-flight batch tensors on the forward stream."""
+def one_slot_record_buffer(pipe: OverlapPipeline) -> None:
+    """Shorten the record buffer that keeps launched batches alive to one slot."""
+    pipe.record_buf = [None]
+
+
+def read_done_before_the_last_read(pipe: OverlapPipeline) -> None:
+    """Record the shared-read-done event before the forward gathers from the request tables."""
     device, forward = pipe.device, pipe.forward
-    real = device.record_stream
-    device.record_stream = lambda tensor, s: None if s is forward else real(tensor, s)
+    real_record, real_declare = forward.record_event, device.declare_reads_done
+    early: list = []
+
+    def record_event():
+        return early.pop() if early else real_record()
+
+    real_resolve = pipe.futures.resolve
+
+    def resolve(input_ids):  # the step before the gather: record (and claim) the event here
+        out = real_resolve(input_ids)
+        if pipe.policy.war_barrier_read_gated:
+            event = real_record()
+            real_declare(event, pipe._shared_buffers())
+            early.append(event)
+        return out
+
+    pipe.futures.resolve = resolve
+    forward.record_event = record_event
+    device.declare_reads_done = lambda event, tensors: None  # the claim was made with the early event
 
 
 def test_deleting_the_copy_streams_wait_is_a_read_after_write_on_the_sampled_tokens(tiny, monkeypatch) -> None:
@@ -91,12 +113,27 @@ def test_deleting_the_prepare_d2h_wait_is_a_read_after_write_on_the_sequence_len
     assert hazards(tiny, monkeypatch, CUDA, None) == []
 
 
-def test_deleting_record_stream_frees_batch_tensors_the_forward_still_reads(tiny, monkeypatch) -> None:
-    # Without the WAR barrier nothing else orders the schedule stream after the forward (HIP's policy).
-    hs = [h for h in hazards(tiny, monkeypatch, HIP, no_record_stream, "rocm-mi300x") if h.kind == "use-after-free"]
+@pytest.mark.parametrize("profile, policy", [("rocm-mi300x", HIP), ("cuda-h100", CUDA)])
+def test_a_one_slot_record_buffer_frees_batch_tensors_the_forward_still_reads(tiny, monkeypatch, profile, policy) -> None:
+    # HIP: no barrier orders the schedule stream after the forward; CUDA: the read-gated barrier
+    # orders it only after the table reads, not after the layers' reads of the batch's tensors.
+    hs = [h for h in hazards(tiny, monkeypatch, policy, one_slot_record_buffer, profile) if h.kind == "use-after-free"]
     assert hs and all(h.buffer.startswith("forward_batch.") and h.first_stream == "forward" for h in hs)
     monkeypatch.undo()
-    assert not [h for h in hazards(tiny, monkeypatch, HIP, None, "rocm-mi300x") if h.kind == "use-after-free"]
+    assert not [h for h in hazards(tiny, monkeypatch, policy, None, profile) if h.kind == "use-after-free"]
+
+
+def test_a_read_done_event_recorded_before_the_last_shared_read_is_reported_with_both_stacks(tiny, monkeypatch) -> None:
+    hs = [h for h in hazards(tiny, monkeypatch, CUDA, read_done_before_the_last_read) if h.kind == "read-after-read-done"]
+    assert hs and {h.buffer for h in hs} <= {"req_to_token", "seq_lens"}
+    assert {(h.first_stream, h.second_stream) for h in hs} == {("forward", "forward")}
+    assert all(any("resolve" in frame for frame in h.first_stack) for h in hs)
+    assert any("apply" in frame for h in hs for frame in h.second_stack)
+
+
+def test_the_read_gated_barrier_waits_only_until_the_shared_reads_and_is_race_free(tiny) -> None:
+    assert CUDA.war_barrier and CUDA.war_barrier_read_gated
+    assert run_reference(tiny, "cuda-h100", CUDA, workload=SMALL).hazards == []
 
 
 def test_removing_the_war_barrier_is_a_write_after_read_on_the_request_to_token_table(tiny, monkeypatch) -> None:

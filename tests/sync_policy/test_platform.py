@@ -107,9 +107,13 @@ def test_sim_environment_says_simulated():
 
 # --- the default table -------------------------------------------------------------------------
 
-def test_cuda_keeps_every_switch_on():
+def test_cuda_keeps_every_switch_on_with_the_read_gated_barrier():
     assert default_policy(Platform("cuda")) == SyncPolicy(
-        war_barrier=True, copy_stream=True, fwd_prepare_d2h=True)
+        war_barrier=True, copy_stream=True, fwd_prepare_d2h=True, war_barrier_read_gated=True)
+
+
+def test_only_rocm_takes_the_hip_publish_ready_synchronisation():
+    assert {v: p.hip_publish_sync for v, p in DEFAULT_POLICIES.items()} == {"cuda": False, "rocm": True, "cpu": False}
 
 
 def test_rocm_has_no_war_barrier_and_no_forward_prepare_d2h_stream():
@@ -169,7 +173,8 @@ def test_override_equal_to_the_default_changes_nothing_but_is_recorded():
 def test_overrides_combine():
     active = resolve_policy(Platform("cuda"), {"PARALLAX_WAR_BARRIER": "0",
                                                "PARALLAX_FWD_PREPARE_D2H": "0"})
-    assert active.sync == SyncPolicy(war_barrier=False, copy_stream=True, fwd_prepare_d2h=False)
+    assert active.sync == SyncPolicy(war_barrier=False, copy_stream=True, fwd_prepare_d2h=False,
+                                     war_barrier_read_gated=True)
 
 
 def test_empty_override_counts_as_unset():
@@ -224,7 +229,8 @@ def test_context_names_platform_policy_and_overrides():
     active = resolve_policy(Platform("sim", "rocm-mi300x"), {"PARALLAX_COPY_STREAM": "1"})
     assert active.as_context() == {
         "platform": "rocm-sim",
-        "sync_policy": {"war_barrier": False, "copy_stream": True, "fwd_prepare_d2h": False},
+        "sync_policy": {"war_barrier": False, "copy_stream": True, "fwd_prepare_d2h": False,
+                        "war_barrier_read_gated": False, "hip_publish_sync": True},
         "sync_policy_overrides": [{"variable": "PARALLAX_COPY_STREAM", "field": "copy_stream",
                                    "value": True, "default": False}],
         "sync_preset": None,
