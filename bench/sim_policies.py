@@ -1,8 +1,10 @@
 """Simulator profiles x sync policies on the reference workload: virtual decode tokens/s, device idle
 between decode steps, race-detector hazards. Prints a Markdown table and writes JSON to bench/results/.
 
-The rows are the vendor defaults, the two SGLang presets (PARALLAX_SYNC_PRESET), each switch alone,
-and the overlap loop off. Noise is off, so the table is exact and reproducible.
+The rows are the vendor defaults, the SGLang presets (PARALLAX_SYNC_PRESET; ``sglang-36054`` on
+``rocm-mi300x`` is the forecast of the open proposal to turn the barrier on for ROCm), the WAR barrier
+read-gated and forced coarse, each switch alone, and the overlap loop off. Noise is off, so the table
+is exact and reproducible.
 
     .venv/bin/python bench/sim_policies.py [--profiles cuda-h100 rocm-mi300x] [--output-len 32] [--model NAME]
 """
@@ -33,7 +35,9 @@ def rows(vendor: str) -> list[tuple[str, SyncPolicy, bool]]:
     out = [(f"{vendor} default", default, True)]
     for name, preset in PRESETS.items():
         out.append((f"preset {name}", dataclasses.replace(default, **preset.switches), True))
-    out += [("barrier only", SyncPolicy(True, False, False), True),
+    out += [("barrier read-gated", dataclasses.replace(default, war_barrier=True, war_barrier_read_gated=True), True),
+            ("barrier coarse (forced)", dataclasses.replace(default, war_barrier=True, war_barrier_read_gated=False), True),
+            ("barrier only", SyncPolicy(True, False, False), True),
             ("copy stream only", SyncPolicy(False, True, False), True),
             ("prepare D2H only", SyncPolicy(False, False, True), True),
             ("nothing", SyncPolicy(False, False, False), True),
@@ -65,14 +69,15 @@ def main() -> None:
                         "wall_s": time.perf_counter() - start})
     print(f"reference workload: batch {workload.batch_size}, input {workload.input_len}, output "
           f"{workload.output_len}, model {model.config.name} ({model.config.num_layers} layers), noise off\n")
-    print("| profile | policy | barrier | copy stream | prepare D2H | overlap | tok/s (virtual) | vs default "
-          "| device idle % | hazards |")
-    print("|---|---|---|---|---|---|---|---|---|---|")
+    print("| profile | policy | barrier | read-gated | copy stream | prepare D2H | overlap | tok/s (virtual) "
+          "| vs default | device idle % | hazards |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|")
     for r in results:
         base = next(x for x in results if x["profile"] == r["profile"] and x["row"].endswith("default"))
         p = r["policy"]
         yes = lambda v: "on" if v else "off"  # noqa: E731
-        print(f"| {r['profile']} | {r['row']} | {yes(p['war_barrier'])} | {yes(p['copy_stream'])} "
+        gated = yes(p["war_barrier_read_gated"]) if p["war_barrier"] else "-"
+        print(f"| {r['profile']} | {r['row']} | {yes(p['war_barrier'])} | {gated} | {yes(p['copy_stream'])} "
               f"| {yes(p['fwd_prepare_d2h'])} | {yes(r['overlap'])} | {r['tokens_per_s']:.0f} "
               f"| {100 * (r['tokens_per_s'] / base['tokens_per_s'] - 1):+.1f} % | {r['idle_pct']:.1f} "
               f"| {r['hazards']}{' (' + ', '.join(r['hazard_buffers']) + ')' if r['hazards'] else ''} |")
