@@ -16,6 +16,7 @@ from scheduler_core.platform import ActivePolicy
 from scheduler_core.policy import POLICIES
 from scheduler_core.sampling import SamplingParams
 from scheduler_core.scheduler import Scheduler, SchedulerConfig
+from scheduler_core.spec import SpecConfig
 
 
 @dataclass
@@ -40,7 +41,8 @@ class Engine:
                  dtype: torch.dtype = torch.float32, seed: int = 0, check_invariants: bool = True,
                  num_threads: int | None = None, cascade_min_prefix: int = 32,
                  enable_mixed_chunk: bool = True, overlap: bool = True, disaggregation: str | None = None,
-                 sync_policy: ActivePolicy | None = None, streams: Device | None = None) -> None:
+                 sync_policy: ActivePolicy | None = None, streams: Device | None = None,
+                 speculative: SpecConfig | None = None) -> None:
         if schedule_policy not in POLICIES:
             raise ValueError(f"unknown schedule_policy {schedule_policy!r}; expected one of {', '.join(POLICIES)}")
         if max_running_requests <= 0 or kv_tokens <= 0:
@@ -60,7 +62,7 @@ class Engine:
             max_running_requests=max_running_requests, kv_tokens=kv_tokens,
             chunked_prefill_size=chunked_prefill_size, max_prefill_tokens=max_prefill_tokens,
             schedule_policy=schedule_policy, enable_radix_cache=enable_radix_cache,
-            cascade_min_prefix=cascade_min_prefix, enable_mixed_chunk=enable_mixed_chunk)
+            cascade_min_prefix=cascade_min_prefix, enable_mixed_chunk=enable_mixed_chunk, speculative=speculative)
         if disaggregation not in (None, *BACKENDS):
             raise ValueError(f"unknown disaggregation {disaggregation!r}; expected None or one of {', '.join(BACKENDS)}")
         # Overlap: batch N+1 is scheduled while batch N runs (overlap.py); disaggregation: a prefill

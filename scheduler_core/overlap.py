@@ -29,6 +29,7 @@ from scheduler_core.platform import ActivePolicy, Platform, detect_platform, res
 from scheduler_core.pools import Pools
 from scheduler_core.records import BatchResult, StepRecord
 from scheduler_core.sampling import sample
+from scheduler_core.spec import Draft, VerifyPlan, accept, prepare_verify, spec_result
 
 # Launched batches kept alive by the record buffer: N+1 is launched before N is processed, so two.
 RECORD_SLOTS = 2
@@ -47,7 +48,10 @@ class Scheduler(Protocol):
     sync_policy: ActivePolicy | None
     overlap_consecutive_prefill: bool
 
+    draft: Draft | None
+
     def get_next_batch_to_run(self) -> ScheduleBatch | None: ...
+    def speculating(self, batch: ScheduleBatch | None) -> bool: ...
     def process_batch_result(self, batch: ScheduleBatch, result: BatchResult) -> None: ...
     def has_work(self) -> bool: ...
     def _drain(self, on_finish: Callable[[Req], None] | None) -> int: ...
@@ -149,6 +153,7 @@ class InFlight:
     prepare_done: Event | None  # the forward-prepare D2H copy (policy.fwd_prepare_d2h)
     seconds: float
     keep_alive: list[torch.Tensor] = field(default_factory=list)
+    spec: VerifyPlan | None = None  # a speculative verify step (tokens_host: [B, K+1])
 
 
 class RelayError(RuntimeError):
@@ -272,30 +277,14 @@ class OverlapPipeline:
 
         tokens_host = margins_host = copy_done = None
         if tokens is not None:
-            if self.copy is not None:
-                self.copy.wait_stream(fwd)
-                with device.stream(self.copy):
-                    tokens_host, margins_host = device.to_host(tokens), device.to_host(margins)
-                    copy_done = self.copy.record_event()
-                device.name_buffer(tokens_host, "next_token_ids_host")
-                device.record_stream(tokens, self.copy)
-                device.record_stream(margins, self.copy)
-            else:
-                with device.stream(fwd):
-                    tokens_host, margins_host = device.to_host(tokens), device.to_host(margins)
-                    copy_done = fwd.record_event()
-                device.name_buffer(tokens_host, "next_token_ids_host")
+            tokens_host, margins_host, copy_done = self._copy_result(tokens, margins)
         else:
             # Nothing sampled (a middle prefill chunk): the host still waits for the batch before the
             # record buffer lets its tensors go.
             copy_done = fwd.record_event()
-        if self.policy.war_barrier:
-            # The scheduler must not overwrite what the in-flight forward still reads: read-gated, only
-            # until the forward's last shared read; coarse (forced, or no event), the whole forward.
-            if self.policy.war_barrier_read_gated and shared_read_done is not None:
-                self.schedule.wait_event(shared_read_done)
-            else:
-                self.schedule.wait_stream(fwd)
+        # The scheduler must not overwrite what the in-flight forward still reads: read-gated, only
+        # until the forward's last shared read; coarse (forced, or no event), the whole forward.
+        self._war_barrier(shared_read_done)
 
         seconds = time.perf_counter() - start
         step = StepRecord(batch.mode, len(batch.reqs), n_tokens, seconds, shared, batch.mixed, started)
@@ -303,6 +292,109 @@ class OverlapPipeline:
         return InFlight(snapshot, rows, launch_no, [r.retractions for r in batch.reqs], tokens_host, margins_host,
                         copy_done, expected, seq_lens_host,
                         prepare_done, seconds, keep), step
+
+    def launch_verify(self, batch: ScheduleBatch) -> tuple[InFlight, StepRecord]:
+        """A speculative step: draft, verify and accept on the forward stream.
+
+        The accepted lengths are only on the device, so the new sequence lengths come back to the host
+        as upstream's spec v2 resolves them: on the forward-prepare D2H stream after the forward's
+        ``publish_ready`` event (CUDA), after the host synchronised on that event (HIP, #26672:
+        ``hip_publish_sync``), or with a blocking copy on the forward stream. Call inside
+        ``device.stream(self.schedule)`` with no batch in flight (the loop does not overlap a verify step).
+        """
+        sched, device = self.scheduler, self.device
+        assert sched.draft is not None
+        start = time.perf_counter()
+        started = device.now()
+        fwd = self.forward
+        fwd.wait_stream(self.schedule)
+        with device.stream(fwd):  # a self-draft runs the model's first layers on the forward stream
+            drafts = sched.draft.propose(batch.reqs, sched.pools, device.torch_device,
+                                         lambda t: device.host_list(device.to_host_sync(t)))
+        forward_batch, plan = prepare_verify(batch, sched.pools, device.torch_device, drafts)
+        snapshot = ScheduleBatch(list(batch.reqs), mode="decode")
+        n_tokens = forward_batch.input_ids.numel()
+        fwd.wait_stream(self.schedule)
+        shared_tensors = forward_batch.tensors() + [plan.index, plan.draft_pad, plan.kv_before_dev]
+        names = _batch_tensor_names(forward_batch) + ["spec.index", "spec.draft_pad", "spec.kv_before"]
+        for t, name in zip(shared_tensors, names):
+            device.mark_device(t)
+            device.name_buffer(t, name)
+        self._record_batch(shared_tensors)
+        del shared_tensors
+        with device.stream(fwd):
+            forward_batch.materialize()
+            shared_read_done = None
+            if self.policy.war_barrier and self.policy.war_barrier_read_gated:
+                shared_read_done = fwd.record_event()
+                device.declare_reads_done(shared_read_done, self._shared_buffers())
+            logits = sched.loaded.model(forward_batch, sched.pools.kv_cache)
+            tokens, margins, _, new_seq_lens = accept(logits, plan)
+            device.name_buffer(tokens, "spec.tokens")
+            device.name_buffer(margins, "spec.margins")
+            device.name_buffer(new_seq_lens, "spec.new_seq_lens")
+            publish_ready = fwd.record_event()
+        del forward_batch
+        if self.policy.hip_publish_sync:
+            publish_ready.synchronize()  # HIP: the host waits, then copies (#26672)
+            seq_lens_host = device.to_host(new_seq_lens)
+            prepare_done = self.schedule.record_event()
+        elif self.prepare_d2h is not None:
+            pinned = self._pinned[self._launches % 2][: new_seq_lens.numel()]
+            self.prepare_d2h.wait_event(publish_ready)
+            with device.stream(self.prepare_d2h):
+                seq_lens_host = device.to_host(new_seq_lens, out=pinned)
+                prepare_done = self.prepare_d2h.record_event()
+            device.record_stream(new_seq_lens, self.prepare_d2h)
+        else:
+            with device.stream(fwd):
+                seq_lens_host = device.to_host(new_seq_lens)
+                prepare_done = fwd.record_event()
+        device.name_buffer(seq_lens_host, "spec.new_seq_lens_host")
+        launch_no = self._launches
+        self._launches += 1
+        tokens_host, margins_host, copy_done = self._copy_result(tokens, margins)
+        self._war_barrier(shared_read_done)
+        seconds = time.perf_counter() - start
+        step = StepRecord("decode", len(batch.reqs), n_tokens, seconds, 0, False, started)
+        rows = list(range(len(batch.reqs)))
+        return InFlight(snapshot, rows, launch_no, [r.retractions for r in batch.reqs], tokens_host, margins_host,
+                        copy_done, [], seq_lens_host, prepare_done, seconds,
+                        [tokens, margins, new_seq_lens], spec=plan), step
+
+    def _copy_result(self, tokens: torch.Tensor, margins: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, Event]:
+        """Queue the device->host copy of a batch's sampled tokens (copy stream or forward stream)."""
+        device, fwd = self.device, self.forward
+        if self.copy is not None:
+            self.copy.wait_stream(fwd)
+            with device.stream(self.copy):
+                tokens_host, margins_host = device.to_host(tokens), device.to_host(margins)
+                copy_done = self.copy.record_event()
+            device.record_stream(tokens, self.copy)
+            device.record_stream(margins, self.copy)
+        else:
+            with device.stream(fwd):
+                tokens_host, margins_host = device.to_host(tokens), device.to_host(margins)
+                copy_done = fwd.record_event()
+        device.name_buffer(tokens_host, "next_token_ids_host")
+        return tokens_host, margins_host, copy_done
+
+    def _war_barrier(self, shared_read_done: Event | None) -> None:
+        if self.policy.war_barrier:
+            if self.policy.war_barrier_read_gated and shared_read_done is not None:
+                self.schedule.wait_event(shared_read_done)
+            else:
+                self.schedule.wait_stream(self.forward)
+
+    def _finish_verify(self, inflight: InFlight) -> BatchResult:
+        assert inflight.copy_done is not None and inflight.prepare_done is not None and inflight.spec is not None
+        inflight.copy_done.synchronize()
+        inflight.prepare_done.synchronize()
+        device = self.device
+        result = spec_result(inflight.spec, device.host_list(inflight.tokens_host), device.host_list(inflight.margins_host),
+                             device.host_list(inflight.seq_lens_host), inflight.seconds)
+        inflight.keep_alive.clear()
+        return result
 
     def _record_batch(self, tensors: list[torch.Tensor]) -> None:
         """Keep ``tensors`` alive in the next slot of the record buffer (dropping the oldest batch's)."""
@@ -317,6 +409,8 @@ class OverlapPipeline:
     # -- finish -------------------------------------------------------------------------------
     def finish(self, inflight: InFlight) -> BatchResult:
         """Wait for the batch's result copy and return it; the batch's tensors are released."""
+        if inflight.spec is not None:
+            return self._finish_verify(inflight)
         n = len(inflight.batch.reqs)
         next_ids: list[int | None] = [None] * n
         margins: list[float | None] = [None] * n
@@ -398,7 +492,10 @@ class OverlapLoop:
         last = self.result_queue[-1].batch
         consecutive_prefill = (not self.sched.overlap_consecutive_prefill and batch.mode == "extend"
                                and last.mode == "extend")
-        return consecutive_prefill or batch.needs_host_tokens()
+        # A verify step needs the host's tokens (drafts, KV lengths); the step after it needs the KV
+        # lengths the verify step resolves.
+        speculative = self.sched.speculating(batch) or self.result_queue[-1].spec is not None
+        return consecutive_prefill or batch.needs_host_tokens() or speculative
 
     def pop_and_process(self) -> bool:
         """Process the oldest launched batch; False when none was in flight."""
@@ -421,7 +518,8 @@ class OverlapLoop:
                 if batch.is_empty():
                     batch = None
             if batch is not None:
-                launched, record = self.pipe.launch(batch)
+                launch = self.pipe.launch_verify if sched.speculating(batch) else self.pipe.launch
+                launched, record = launch(batch)
                 sched.steps.append(record)
                 self.result_queue.append(launched)
             if not disable_overlap:

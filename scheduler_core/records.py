@@ -9,11 +9,24 @@ from dataclasses import dataclass
 
 
 @dataclass
+class SpecResult:
+    """A speculative verify step, per request: the tokens it produced (accepted drafts and the bonus
+    token), its KV length before the step, how many positions the step wrote, and the new KV length
+    the device computed."""
+    tokens: list[list[int]]
+    margins: list[list[float]]
+    kv_before: list[int]
+    verified: list[int]
+    new_kv_lens: list[int]
+
+
+@dataclass
 class BatchResult:
     """Sampled tokens for the requests of a batch that produced one (None: still chunking)."""
     next_token_ids: list[int | None]
     margins: list[float | None]
     forward_s: float
+    spec: SpecResult | None = None  # set by a speculative verify step (next_token_ids: the first token)
 
 
 @dataclass

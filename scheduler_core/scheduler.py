@@ -21,8 +21,19 @@ from scheduler_core.platform import ActivePolicy
 from scheduler_core.policy import PrefillAdder, order_waiting
 from scheduler_core.pools import Pools
 from scheduler_core.radix_cache import RadixCache
-from scheduler_core.records import BatchResult, StepRecord
+from scheduler_core.records import BatchResult, SpecResult, StepRecord
 from scheduler_core.sampling import sample
+from scheduler_core.spec import (
+    Draft,
+    SpecConfig,
+    SpecStats,
+    accept,
+    can_speculate,
+    commit,
+    make_draft,
+    prepare_verify,
+    spec_result,
+)
 
 # After a retraction, assume every running request still decodes this many steps (sglang's rule).
 RETRACT_DECODE_STEPS = 20
@@ -45,6 +56,8 @@ class SchedulerConfig:
     # Run the running requests' decode tokens inside a prefill batch (one forward instead of two):
     # on a CPU every forward is a full pass over the weights, whatever its size.
     enable_mixed_chunk: bool = True
+    # Speculative decoding (spec.py): None decodes one token per request and step.
+    speculative: SpecConfig | None = None
 
 
 @dataclass
@@ -77,6 +90,9 @@ class Scheduler:
             tree=RadixCache(allocator, disabled=not cfg.enable_radix_cache),
         )
         self.new_token_ratio = cfg.init_new_token_ratio
+        self.draft: Draft | None = (make_draft(cfg.speculative, self.loaded, self.pools.kv_cache)
+                                    if cfg.speculative is not None else None)
+        self.spec_stats = SpecStats()
         if self.streams is not None:
             self._declare_device_memory(self.streams)
 
@@ -176,8 +192,14 @@ class Scheduler:
             budget = sum(r.sampling.max_new_tokens for r in reqs)
             self.new_token_ratio = min(1.0, (decoded + RETRACT_DECODE_STEPS * len(reqs)) / budget)
 
+    def speculating(self, batch: ScheduleBatch | None) -> bool:
+        """True when ``batch`` runs as a speculative verify step."""
+        return self.draft is not None and batch is not None and can_speculate(batch)
+
     # -- running ------------------------------------------------------------------------------
     def run_batch(self, batch: ScheduleBatch) -> BatchResult:
+        if self.speculating(batch):
+            return self.run_verify(batch)
         start = time.perf_counter()
         started = self.streams.now() if self.streams is not None else start
         if batch.mode == "extend":
@@ -200,9 +222,26 @@ class Scheduler:
                                      batch.mixed, started))
         return BatchResult(tokens, margins, seconds)
 
+    def run_verify(self, batch: ScheduleBatch) -> BatchResult:
+        """A speculative step of the normal loop: draft, verify in one forward, accept (spec.py)."""
+        assert self.draft is not None
+        start = time.perf_counter()
+        started = self.streams.now() if self.streams is not None else start
+        drafts = self.draft.propose(batch.reqs, self.pools, self.device, lambda t: t.tolist())
+        forward_batch, plan = prepare_verify(batch, self.pools, self.device, drafts)
+        logits = self.loaded.model(forward_batch, self.pools.kv_cache)
+        tokens, margins, _, new_kv = accept(logits, plan)
+        seconds = time.perf_counter() - start
+        self.steps.append(StepRecord("decode", len(batch.reqs), forward_batch.input_ids.numel(), seconds, 0,
+                                     False, started))
+        return spec_result(plan, tokens.tolist(), margins.tolist(), new_kv.tolist(), seconds)
+
     def process_batch_result(self, batch: ScheduleBatch, result: BatchResult) -> None:
         now = self.streams.now() if self.streams is not None else time.perf_counter()  # virtual on the simulator
         tokenizer, max_context = self.loaded.tokenizer, self.loaded.config.max_context
+        if result.spec is not None:
+            self._process_spec_result(batch, result.spec, now)
+            return
         for req, tok, gap in zip(batch.reqs, result.next_token_ids, result.margins):
             if tok is None or req.finished:  # overlap: a request that finished one batch earlier
                 continue
@@ -220,6 +259,27 @@ class Scheduler:
             done = [r for r, tok in zip(batch.reqs, result.next_token_ids)
                     if tok is not None and not r.finished and id(r) not in running]
             self.running.merge(ScheduleBatch(done))
+        self.running.filter_finished()
+
+    def _process_spec_result(self, batch: ScheduleBatch, spec: SpecResult, now: float) -> None:
+        tokenizer, max_context = self.loaded.tokenizer, self.loaded.config.max_context
+        for i, req in enumerate(batch.reqs):
+            if req.finished:
+                continue
+            appended = 0
+            for tok, gap in zip(spec.tokens[i], spec.margins[i]):
+                req.output_ids.append(tok)
+                req.margins.append(gap)
+                req.token_times.append(now)
+                appended += 1
+                req.check_finished(tokenizer, max_context)
+                if req.finished:
+                    break
+            self.spec_stats.record(len(spec.tokens[i]) - 1, appended)
+            commit(req, spec.kv_before[i], spec.verified[i], min(spec.new_kv_lens[i], req.seq_len), self.pools)
+            if req.finished:
+                release(req, self.pools, cache=True)
+                self._finished.append(req)
         self.running.filter_finished()
 
     # -- loops --------------------------------------------------------------------------------

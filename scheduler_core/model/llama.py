@@ -293,11 +293,12 @@ class LlamaModel(nn.Module):
             config.hidden_size, config.vocab_size, bias=False)
 
     @torch.inference_mode()
-    def forward(self, batch: ForwardBatch, kv: KVCache) -> torch.Tensor:
-        """Returns fp32 logits [len(batch.logits_index), vocab]."""
+    def forward(self, batch: ForwardBatch, kv: KVCache, num_layers: int | None = None) -> torch.Tensor:
+        """Returns fp32 logits [len(batch.logits_index), vocab]. ``num_layers``: run only the first
+        layers, then the final norm and head (the self-speculative draft)."""
         batch.materialize()
         x = self.embed_tokens(batch.input_ids)
-        for layer in self.layers:
+        for layer in self.layers if num_layers is None else self.layers[:num_layers]:
             x = layer(x, batch, kv, self.rotary)
         x = self.norm(x[batch.logits_index])
         weight = self.embed_tokens.weight if self.lm_head is None else self.lm_head.weight

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import random
 from dataclasses import dataclass
+from typing import Any, Callable
 
 from scheduler_core.engine import Engine
 from scheduler_core.model.loader import SMOLLM2_8L, LoadedModel, load_model
@@ -18,6 +19,7 @@ from scheduler_core.sampling import SamplingParams
 from scheduler_core.sim.device import SimDevice
 from scheduler_core.sim.profile import Profile, load_profile
 from scheduler_core.sim.race import Hazard
+from scheduler_core.spec import SpecConfig
 
 
 @dataclass(frozen=True)
@@ -52,6 +54,7 @@ class SimRun:
     busy: dict[str, float]
     outputs: list[list[int]]
     device: SimDevice
+    accept_length: float = 0.0  # speculative decoding: mean tokens per request-step (0: off)
 
 
 def decode_window(steps: list[StepRecord], end_s: float, batch_size: int) -> tuple[float, float]:
@@ -64,18 +67,24 @@ def decode_window(steps: list[StepRecord], end_s: float, batch_size: int) -> tup
 
 def run_reference(loaded: LoadedModel, profile: str | Profile, policy: SyncPolicy, overlap: bool = True,
                   workload: Workload = REFERENCE, noise: bool = False, seed: int = 0,
-                  keep_spans: bool = True) -> SimRun:
-    """One run of ``workload``; ``profile`` is a profile name or a ``Profile`` (e.g. a variant)."""
+                  keep_spans: bool = True, speculative: SpecConfig | None = None,
+                  grammar: Callable[[int], Any] | None = None) -> SimRun:
+    """One run of ``workload``; ``profile`` is a profile name or a ``Profile`` (e.g. a variant).
+    ``speculative`` turns speculative decoding on; ``grammar(i)`` gives request i a constraint."""
     prof = profile if isinstance(profile, Profile) else load_profile(profile)
     platform = Platform("sim", prof.name)
     device = SimDevice(platform, prof, noise=noise, seed=seed, keep_spans=keep_spans)
-    engine = Engine(loaded, overlap=overlap, streams=device, sync_policy=ActivePolicy(platform, policy))
+    engine = Engine(loaded, overlap=overlap, streams=device, sync_policy=ActivePolicy(platform, policy),
+                    speculative=speculative)
     params = SamplingParams(max_new_tokens=workload.output_len, ignore_eos=True)
-    outs = engine.generate(workload.prompts(loaded.config.vocab_size), params)
+    prompts = workload.prompts(loaded.config.vocab_size)
+    grammars = None if grammar is None else [grammar(i) for i in range(len(prompts))]
+    outs = engine.generate(prompts, params, grammars=grammars) if grammars else engine.generate(prompts, params)
     launched, _ = decode_window(engine.scheduler.steps, device.now(), workload.batch_size)
     track = "forward" if overlap else "default"
     start, end = device.timeline.extent(track, launched * 1e6 - 1e-3)  # 1 ns: seconds to us may round up
     tokens = workload.batch_size * (workload.output_len - 1)  # the first token comes from the prefill
     idle = device.timeline.idle_gaps(track, start, end)
     return SimRun(prof.name, policy, overlap, tokens / ((end - start) * 1e-6), 100.0 * idle / (end - start),
-                  list(device.hazards), device.busy_fraction(), [o.output_ids for o in outs], device)
+                  list(device.hazards), device.busy_fraction(), [o.output_ids for o in outs], device,
+                  engine.scheduler.spec_stats.accept_length)
