@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import itertools
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Callable, Sequence
 
 import torch
@@ -10,6 +11,7 @@ import torch
 from scheduler_core.batch import FinishReason, Req
 from scheduler_core.device import Device
 from scheduler_core.disagg import BACKENDS, run_distributed, run_inproc
+from scheduler_core.grammar import Grammar, GrammarBackend
 from scheduler_core.model.loader import LoadedModel, load_model
 from scheduler_core.overlap import default_device_and_policy
 from scheduler_core.platform import ActivePolicy
@@ -80,6 +82,11 @@ class Engine:
         self.check_invariants = check_invariants
         self._rids = itertools.count()
 
+    @cached_property
+    def grammar_backend(self) -> GrammarBackend:
+        """Compiles constraints against this engine's tokenizer (the vocabulary is read once)."""
+        return GrammarBackend(self.tokenizer, self.loaded.config.vocab_size)
+
     def settings(self) -> dict[str, object]:
         """Engine settings, for a results document's context."""
         c = self.config
@@ -116,9 +123,13 @@ class Engine:
 
     def generate(self, prompts: Sequence[str] | Sequence[list[int]],
                  sampling_params: SamplingParams | Sequence[SamplingParams] | None = None,
-                 on_finish: Callable[[GenerateOutput], None] | None = None) -> list[GenerateOutput]:
+                 on_finish: Callable[[GenerateOutput], None] | None = None,
+                 grammars: Sequence[Grammar | None] | None = None) -> list[GenerateOutput]:
         """Run all prompts through continuous batching. Bad requests come back with `error` set and
-        finish reason "abort"; the rest are served normally."""
+        finish reason "abort"; the rest are served normally. ``grammars[i]`` constrains prompt i's
+        output (``engine.grammar_backend.regex(...)`` / ``.json_schema(...)``)."""
+        if grammars is not None and len(grammars) != len(prompts):
+            raise ValueError(f"{len(prompts)} prompts but {len(grammars)} grammars")
         if isinstance(prompts, str):
             raise TypeError("prompts must be a list of strings or of token-id lists, not one string")
         if sampling_params is None or isinstance(sampling_params, SamplingParams):
@@ -138,7 +149,8 @@ class Engine:
                 outputs[i] = GenerateOutput(i, ids, [], "", FinishReason("abort", message=str(exc)), error=str(exc))
                 continue
             req = Req(rid=next(self._rids), input_ids=ids, sampling=p,
-                      prompt=prompt if isinstance(prompt, str) else None, arrival=start)
+                      prompt=prompt if isinstance(prompt, str) else None, arrival=start,
+                      grammar=None if grammars is None else grammars[i])
             index[req.rid] = i
             self.scheduler.add_request(req)
 

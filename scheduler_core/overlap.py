@@ -24,6 +24,7 @@ import torch
 from scheduler_core.batch import Req, ScheduleBatch
 from scheduler_core.device import CpuDevice, Device, Event, Stream
 from scheduler_core.devices import make_device
+from scheduler_core.grammar import apply_masks, grammar_masks
 from scheduler_core.model.loader import LoadedModel
 from scheduler_core.platform import ActivePolicy, Platform, detect_platform, resolve_policy
 from scheduler_core.pools import Pools
@@ -171,7 +172,9 @@ class OverlapPipeline:
         rows = scheduler.config.max_running_requests + 1
         self.schedule = device.new_stream(f"{prefix}schedule")
         self.forward = device.new_stream(f"{prefix}forward")
+        self.prefix = prefix
         self.copy: Stream | None = device.new_stream(f"{prefix}copy") if policy.copy_stream else None
+        self.grammar_copy: Stream | None = None  # the grammar path's copy stream where the policy has none
         self.prepare_d2h: Stream | None = None
         self._pinned: list[torch.Tensor] = []
         if policy.fwd_prepare_d2h:
@@ -235,6 +238,13 @@ class OverlapPipeline:
         for t, name in zip(shared_tensors, _batch_tensor_names(forward_batch)):
             device.mark_device(t)  # built on the device by the schedule stream (host->device copies)
             device.name_buffer(t, name)
+        # A grammar's masks follow the host's tokens (the loop did not overlap this batch); built on the
+        # schedule stream, applied before the pick on the forward stream (delayed sampling).
+        masks = grammar_masks([batch.reqs[i] for i in rows], sched.loaded.config.vocab_size, device.torch_device)
+        if masks is not None:
+            device.mark_device(masks)
+            device.name_buffer(masks, "grammar.vocab_mask")
+            shared_tensors.append(masks)
         self._record_batch(shared_tensors)
         del shared_tensors
         keep: list[torch.Tensor] = []
@@ -254,7 +264,7 @@ class OverlapPipeline:
             if rows:
                 picked = [batch.reqs[i] for i in rows]
                 tokens, margins = _sample_on_device(logits[rows] if len(rows) < len(batch.reqs) else logits,
-                                                    picked, device.torch_device)
+                                                    picked, device.torch_device, masks)
                 device.name_buffer(tokens, "next_token_ids")
                 device.name_buffer(margins, "next_token_margins")
                 slots = [futures.slot_of(req.req_pool_idx) for req in picked]
@@ -277,7 +287,8 @@ class OverlapPipeline:
 
         tokens_host = margins_host = copy_done = None
         if tokens is not None:
-            tokens_host, margins_host, copy_done = self._copy_result(tokens, margins)
+            # Upstream's delayed-sampling (grammar) path copies on the copy stream with no HIP branch.
+            tokens_host, margins_host, copy_done = self._copy_result(tokens, margins, grammar=masks is not None)
         else:
             # Nothing sampled (a middle prefill chunk): the host still waits for the batch before the
             # record buffer lets its tensors go.
@@ -362,16 +373,22 @@ class OverlapPipeline:
                         copy_done, [], seq_lens_host, prepare_done, seconds,
                         [tokens, margins, new_seq_lens], spec=plan), step
 
-    def _copy_result(self, tokens: torch.Tensor, margins: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, Event]:
-        """Queue the device->host copy of a batch's sampled tokens (copy stream or forward stream)."""
+    def _copy_result(self, tokens: torch.Tensor, margins: torch.Tensor,
+                     grammar: bool = False) -> tuple[torch.Tensor, torch.Tensor, Event]:
+        """Queue the device->host copy of a batch's sampled tokens: on the copy stream under the
+        policy's ``copy_stream``, and always for a grammar batch (upstream's delayed-sampling copy has
+        no HIP branch: a latent #29075-shaped cost on ROCm); else on the forward stream."""
         device, fwd = self.device, self.forward
-        if self.copy is not None:
-            self.copy.wait_stream(fwd)
-            with device.stream(self.copy):
+        if grammar and self.copy is None:
+            self.grammar_copy = self.grammar_copy or device.new_stream(f"{self.prefix}copy")
+        copy = self.copy or (self.grammar_copy if grammar else None)
+        if copy is not None:
+            copy.wait_stream(fwd)
+            with device.stream(copy):
                 tokens_host, margins_host = device.to_host(tokens), device.to_host(margins)
-                copy_done = self.copy.record_event()
-            device.record_stream(tokens, self.copy)
-            device.record_stream(margins, self.copy)
+                copy_done = copy.record_event()
+            device.record_stream(tokens, copy)
+            device.record_stream(margins, copy)
         else:
             with device.stream(fwd):
                 tokens_host, margins_host = device.to_host(tokens), device.to_host(margins)
@@ -444,10 +461,12 @@ def _batch_tensor_names(forward_batch) -> list[str]:
     return names
 
 
-def _sample_on_device(logits: torch.Tensor, reqs: list[Req], device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
-    """Greedy tokens and top-1/top-2 margins without leaving the device. Rows that sample with a
-    temperature use the host sampler (seeded per-request generators live on the host), which
-    costs a synchronisation; greedy rows never do."""
+def _sample_on_device(logits: torch.Tensor, reqs: list[Req], device: torch.device,
+                      masks: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """Greedy tokens and top-1/top-2 margins without leaving the device, under the rows' grammar
+    masks. Rows that sample with a temperature use the host sampler (seeded per-request generators
+    live on the host), which costs a synchronisation; greedy rows never do."""
+    logits = apply_masks(logits, masks)
     top = torch.topk(logits, 2, dim=-1)
     tokens = top.indices[:, 0]
     margins = top.values[:, 0] - top.values[:, 1]

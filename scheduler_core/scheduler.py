@@ -13,6 +13,7 @@ import torch
 
 from scheduler_core.batch import FinishReason, Req, ScheduleBatch, release
 from scheduler_core.device import CpuDevice, Device
+from scheduler_core.grammar import apply_masks, grammar_masks
 from scheduler_core.mem import KVAllocator, ReqToTokenPool
 from scheduler_core.model.llama import KVCache
 from scheduler_core.model.loader import LoadedModel
@@ -212,8 +213,9 @@ class Scheduler:
         margins: list[float | None] = [None] * len(batch.reqs)
         if rows:
             picked = [batch.reqs[i] for i in rows]
-            ids, gaps = sample(logits[rows] if len(rows) < len(batch.reqs) else logits,
-                               [r.sampling for r in picked], [r.generator for r in picked])
+            picked_logits = apply_masks(logits[rows] if len(rows) < len(batch.reqs) else logits,
+                                        grammar_masks(picked, logits.shape[-1], self.device))
+            ids, gaps = sample(picked_logits, [r.sampling for r in picked], [r.generator for r in picked])
             for i, tok, gap in zip(rows, ids, gaps):
                 tokens[i], margins[i] = tok, gap
         seconds = time.perf_counter() - start
@@ -248,6 +250,8 @@ class Scheduler:
             req.output_ids.append(tok)
             req.margins.append(gap)
             req.token_times.append(now)
+            if req.grammar is not None:
+                req.grammar.advance(tok)
             req.check_finished(tokenizer, max_context)
             if req.finished:
                 release(req, self.pools, cache=True)
