@@ -47,6 +47,7 @@ class Req:
     # A constraint on the output (scheduler_core.grammar.Grammar): tokens are sampled under its mask,
     # which needs the previous token on the host (the overlap loop does not overlap such a batch).
     grammar: Any = None
+    priority: int = 0  # schedule_policy "priority": higher runs first and may preempt lower
 
     def __post_init__(self) -> None:
         if self.sampling.seed is not None:

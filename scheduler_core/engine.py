@@ -124,10 +124,14 @@ class Engine:
     def generate(self, prompts: Sequence[str] | Sequence[list[int]],
                  sampling_params: SamplingParams | Sequence[SamplingParams] | None = None,
                  on_finish: Callable[[GenerateOutput], None] | None = None,
-                 grammars: Sequence[Grammar | None] | None = None) -> list[GenerateOutput]:
+                 grammars: Sequence[Grammar | None] | None = None,
+                 priorities: Sequence[int] | None = None) -> list[GenerateOutput]:
         """Run all prompts through continuous batching. Bad requests come back with `error` set and
         finish reason "abort"; the rest are served normally. ``grammars[i]`` constrains prompt i's
-        output (``engine.grammar_backend.regex(...)`` / ``.json_schema(...)``)."""
+        output (``engine.grammar_backend.regex(...)`` / ``.json_schema(...)``); ``priorities[i]`` is its
+        priority under ``schedule_policy="priority"`` (higher first)."""
+        if priorities is not None and len(priorities) != len(prompts):
+            raise ValueError(f"{len(prompts)} prompts but {len(priorities)} priorities")
         if grammars is not None and len(grammars) != len(prompts):
             raise ValueError(f"{len(prompts)} prompts but {len(grammars)} grammars")
         if isinstance(prompts, str):
@@ -150,7 +154,8 @@ class Engine:
                 continue
             req = Req(rid=next(self._rids), input_ids=ids, sampling=p,
                       prompt=prompt if isinstance(prompt, str) else None, arrival=start,
-                      grammar=None if grammars is None else grammars[i])
+                      grammar=None if grammars is None else grammars[i],
+                      priority=0 if priorities is None else int(priorities[i]))
             index[req.rid] = i
             self.scheduler.add_request(req)
 

@@ -9,11 +9,14 @@ from scheduler_core.pools import Pools
 
 # Future decode tokens reserved per request are clipped so one huge max_new_tokens cannot block admission.
 CLIP_MAX_NEW_TOKENS = 4096
-POLICIES = ("fcfs", "lpm")
+POLICIES = ("fcfs", "lpm", "priority")
 
 
 def order_waiting(queue: list[Req], policy: str, pools: Pools) -> list[Req]:
-    """Return the queue in admission order. LPM puts the longest cached prefix first (FCFS on ties)."""
+    """Return the queue in admission order. LPM puts the longest cached prefix first (FCFS on ties);
+    priority puts the highest ``Req.priority`` first (FCFS on ties, as upstream's default order)."""
+    if policy == "priority":
+        return sorted(queue, key=lambda r: -r.priority)
     if policy == "fcfs" or pools.tree.disabled:
         return list(queue)
     if policy != "lpm":

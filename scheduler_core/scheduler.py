@@ -59,6 +59,9 @@ class SchedulerConfig:
     enable_mixed_chunk: bool = True
     # Speculative decoding (spec.py): None decodes one token per request and step.
     speculative: SpecConfig | None = None
+    # schedule_policy "priority": a waiting request preempts running ones whose priority is lower by
+    # at least this much when it does not fit otherwise (upstream's preemption threshold).
+    priority_preemption_threshold: int = 1
 
 
 @dataclass
@@ -71,6 +74,7 @@ class Scheduler:
     chunked_req: Req | None = None
     steps: list[StepRecord] = field(default_factory=list)
     retracted_total: int = 0
+    preempted_total: int = 0
     _finished: list[Req] = field(default_factory=list)
     # Overlap loops (overlap.py): the stream/event facade and the sync policy they obey (None: the
     # defaults for `device`), and whether an extend batch may overlap the extend batch before it.
@@ -120,6 +124,7 @@ class Scheduler:
     # -- scheduling ---------------------------------------------------------------------------
     def get_next_batch_to_run(self) -> ScheduleBatch | None:
         self._abort_waiting()
+        self._preempt_for_priority()
         if self.config.enable_mixed_chunk and not self.running.is_empty() and (self.waiting or self.chunked_req):
             self._update_running_batch()  # the decode slots come first; new requests get the rest
             batch = self._get_new_batch_prefill(decode_reserve=len(self.running))
@@ -137,6 +142,30 @@ class Scheduler:
             return None
         self._update_running_batch()
         return None if self.running.is_empty() else self.running
+
+    def _preempt_for_priority(self) -> None:
+        """Priority scheduling with preemption: while the most important waiting request does not
+        fit (a request row, ``max_running_requests``, its KV plus a decode slot per running request)
+        and a running request is less important by the threshold, that one (the least important,
+        newest first) goes back to the waiting queue with its tokens so far, its KV freed, as a
+        retraction (an in-flight result for it is stale)."""
+        if self.config.schedule_policy != "priority" or not self.waiting or self.chunked_req is not None:
+            return
+        head = max(self.waiting, key=lambda r: r.priority)
+        while self.running.reqs:
+            victim = min(self.running.reqs, key=lambda r: (r.priority, -r.arrival, -r.rid))
+            if head.priority - victim.priority < self.config.priority_preemption_threshold or self._fits(head):
+                return
+            self.running.reqs.remove(victim)
+            release(victim, self.pools, cache=False)
+            victim.retractions += 1
+            self.preempted_total += 1
+            self.waiting.append(victim)
+
+    def _fits(self, req: Req) -> bool:
+        pools = self.pools
+        return (pools.req_to_token.available() > 0 and len(self.running) < self.config.max_running_requests
+                and pools.can_alloc(req.seq_len + len(self.running)))
 
     def _abort_waiting(self) -> None:
         for req in [r for r in self.waiting if r.to_abort is not None]:
