@@ -410,6 +410,10 @@ class OverlapPipeline:
         device = self.device
         result = spec_result(inflight.spec, device.host_list(inflight.tokens_host), device.host_list(inflight.margins_host),
                              device.host_list(inflight.seq_lens_host), inflight.seconds)
+        assert result.spec is not None
+        for i, req in enumerate(inflight.batch.reqs):
+            if req.retractions != inflight.retractions[i]:  # retracted while in flight: its result is stale
+                result.spec.tokens[i] = []
         inflight.keep_alive.clear()
         return result
 

@@ -297,7 +297,7 @@ class Scheduler:
     def _process_spec_result(self, batch: ScheduleBatch, spec: SpecResult, now: float) -> None:
         tokenizer, max_context = self.loaded.tokenizer, self.loaded.config.max_context
         for i, req in enumerate(batch.reqs):
-            if req.finished:
+            if req.finished or not spec.tokens[i]:  # finished earlier, or retracted while in flight
                 continue
             appended = 0
             for tok, gap in zip(spec.tokens[i], spec.margins[i]):

@@ -53,7 +53,7 @@ class SpecConfig:
             raise ValueError(f"num_draft_tokens must be a positive integer, got {self.num_draft_tokens!r}")
         if self.ngram_max < 1:
             raise ValueError(f"ngram_max must be at least 1, got {self.ngram_max}")
-        if not 1 <= self.draft_layers < num_layers:
+        if self.algorithm == "self-draft" and not 1 <= self.draft_layers < num_layers:
             raise ValueError(f"draft_layers must be in 1..{num_layers - 1} (the model has {num_layers} layers), "
                              f"got {self.draft_layers}")
 
@@ -156,6 +156,9 @@ def prepare_verify(batch: ScheduleBatch, pools: Pools, device: torch.device,
     """Write KV slots for each request's last token and drafts (schedule stream) and build the verify
     forward: an extend batch with logits at every token."""
     pool = pools.req_to_token
+    # The decode reservation guarantees one slot per request; draft tokens get what else is free.
+    room = pools.allocator.available() + pools.tree.evictable_size - len(drafts)
+    drafts = [d[: max(min(len(d), room - sum(len(e) for e in drafts[:i])), 0)] for i, d in enumerate(drafts)]
     lens = [1 + len(d) for d in drafts]
     out_loc = pools.alloc_tokens(sum(lens))
     input_ids: list[int] = []
