@@ -65,12 +65,14 @@ class Handoff:
     k: torch.Tensor | None = None  # [layers, len(input_ids), kv_heads, head_dim]
     v: torch.Tensor | None = None
     ready: Event | None = None  # in-process: recorded on the producing stream after k and v were gathered
+    grammar: Any = None  # the request's constraint, advanced by the first token on the prefill side
+    priority: int = 0
 
     def to_req(self) -> Req:
         req = Req(rid=self.rid, input_ids=list(self.input_ids), sampling=self.sampling, prompt=self.prompt,
                   output_ids=list(self.output_ids), margins=list(self.margins), finish_reason=self.finish_reason,
                   cached_tokens=self.cached_tokens, text=self.text, arrival=self.arrival,
-                  token_times=list(self.token_times))
+                  token_times=list(self.token_times), grammar=self.grammar, priority=self.priority)
         return req
 
 
@@ -256,6 +258,8 @@ class PrefillWorker:
             req.output_ids.append(tok)
             req.margins.append(gap)
             req.token_times.append(now)
+            if req.grammar is not None:
+                req.grammar.advance(tok)
             slots = pools.req_to_token.req_to_token[req.req_pool_idx, : req.kv_len].to(pools.kv_cache.k.device)
             k = pools.kv_cache.k.index_select(1, slots)
             v = pools.kv_cache.v.index_select(1, slots)
@@ -270,7 +274,8 @@ def _handoff(req: Req, k: torch.Tensor | None, v: torch.Tensor | None, ready: Ev
     return Handoff(rid=req.rid, input_ids=req.input_ids, sampling=req.sampling, prompt=req.prompt,
                    arrival=req.arrival, output_ids=list(req.output_ids), margins=list(req.margins),
                    token_times=list(req.token_times), cached_tokens=req.cached_tokens,
-                   finish_reason=req.finish_reason, text=req.text, k=k, v=v, ready=ready)
+                   finish_reason=req.finish_reason, text=req.text, k=k, v=v, ready=ready, grammar=req.grammar,
+                   priority=req.priority)
 
 
 # ------------------------------------------------------------------------------------------- decode
