@@ -55,6 +55,30 @@ MUTANTS = (
            "host_clock[use.actor] >= use.epoch", "host_clock[use.actor] > use.epoch",
            ("tests/sim/test_race_detector.py::test_a_free_after_the_host_synced_the_user_is_safe",),
            fixtures=False),
+    # Issue 27: the overlap scheduler's newer synchronisations (docs/testing.md).
+    Mutant("overlap: read-done event recorded before the forward's last shared read", "scheduler_core/overlap.py",
+           "            forward_batch.materialize()\n            shared_read_done = None\n"
+           "            if self.policy.war_barrier and self.policy.war_barrier_read_gated:\n"
+           "                shared_read_done = fwd.record_event()\n"
+           "                device.declare_reads_done(shared_read_done, self._shared_buffers())\n            seq_lens",
+           "            shared_read_done = None\n"
+           "            if self.policy.war_barrier and self.policy.war_barrier_read_gated:\n"
+           "                shared_read_done = fwd.record_event()\n"
+           "                device.declare_reads_done(shared_read_done, self._shared_buffers())\n"
+           "            forward_batch.materialize()\n            seq_lens",
+           ("tests/sim/test_sync_bugs.py::test_the_read_gated_barrier_waits_only_until_the_shared_reads_and_is_race_free",)),
+    Mutant("speculative: draft state resolved without waiting for publish_ready", "scheduler_core/overlap.py",
+           "            self.prepare_d2h.wait_event(publish_ready)\n", "            pass\n",
+           ("tests/sim/test_spec_grammar_sync.py::test_the_cuda_policy_is_race_free_on_the_new_paths[speculative-cuda-h100]",)),
+    Mutant("speculative: HIP copies the lengths without the publish_ready synchronisation", "scheduler_core/overlap.py",
+           "            publish_ready.synchronize()  # HIP", "            pass  # HIP",
+           ("tests/sim/test_spec_grammar_sync.py::test_hip_default_adds_no_finding_on_the_new_paths[speculative]",)),
+    Mutant("grammar: the result copy without its event", "scheduler_core/overlap.py",
+           "                copy_done = copy.record_event()", "                copy_done = fwd.record_event()",
+           ("tests/sim/test_spec_grammar_sync.py::test_hip_default_adds_no_finding_on_the_new_paths[grammar]",)),
+    Mutant("overlap: the record buffer shortened to one slot", "scheduler_core/overlap.py",
+           "RECORD_SLOTS = 2", "RECORD_SLOTS = 1",
+           ("tests/sim/test_sync_bugs.py::test_the_cuda_default_policy_is_race_free[cuda-h100]",)),
 )
 
 
