@@ -6,6 +6,10 @@ batch runs until its longest member is done, which is the cost continuous batchi
 useful output tokens/s for both and the ratio; writes JSON to bench/results/.
 
     .venv/bin/python bench/engine_vs_transformers.py [--prompts 64] [--batch-size 16] [--threads 1]
+        [--engine-only] [--no-overlap] [--speculative ngram|self-draft] [--json PATH]
+
+``--engine-only`` skips transformers (``bench/overlap_cost.py`` runs it against another commit's tree);
+``--speculative`` turns on speculative decoding and reports the accept length.
 """
 from __future__ import annotations
 
@@ -29,10 +33,12 @@ from scheduler_core.model.loader import smollm2_gguf_path  # noqa: E402
 from scheduler_core.sampling import SamplingParams  # noqa: E402
 
 
-def run_engine(prompts: list[str], lengths: list[int], batch_size: int) -> dict:
+def run_engine(prompts: list[str], lengths: list[int], batch_size: int, overlap: bool = True,
+               speculative: str | None = None) -> dict:
     load = time.perf_counter()
+    extra = {} if speculative is None else {"speculative": spec_config(speculative)}
     engine = Engine(model="smollm2-135m", max_running_requests=batch_size, kv_tokens=16384,
-                    chunked_prefill_size=1024)
+                    chunked_prefill_size=1024, overlap=overlap, **extra)
     load = time.perf_counter() - load
     params = [SamplingParams(max_new_tokens=n, ignore_eos=True) for n in lengths]
     bar = tqdm(total=len(prompts), desc="engine", file=sys.stderr)
@@ -42,8 +48,17 @@ def run_engine(prompts: list[str], lengths: list[int], batch_size: int) -> dict:
     bar.close()
     tokens = sum(len(o.output_ids) for o in outs)
     assert tokens == sum(lengths), "the engine must produce exactly the seeded lengths"
+    stats = getattr(engine.scheduler, "spec_stats", None)
     return {"output_tokens": tokens, "wall_s": wall, "tok_s": tokens / wall, "load_s": load,
+            "accept_length": stats.accept_length if speculative and stats else None,
             "outputs": [o.output_ids for o in outs]}
+
+
+def spec_config(name: str):  # imported here: the bench also runs against trees without spec.py
+    from scheduler_core.spec import SpecConfig
+    if name == "self-draft":
+        return SpecConfig("self-draft", num_draft_tokens=2, draft_layers=10)
+    return SpecConfig("ngram", num_draft_tokens=4)
 
 
 def run_transformers(prompts: list[str], lengths: list[int], batch_size: int) -> dict:
@@ -84,6 +99,10 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--threads", type=int, default=None, help="torch threads for both sides")
     parser.add_argument("--data", help="GSM8k directory (default: PARALLAX_GSM8K, the cache, or ../shared)")
+    parser.add_argument("--engine-only", action="store_true", help="skip transformers")
+    parser.add_argument("--no-overlap", action="store_true", help="the engine's normal loop")
+    parser.add_argument("--speculative", choices=["ngram", "self-draft"], default=None)
+    parser.add_argument("--json", help="write the engine's result here as JSON (with --engine-only)")
     args = parser.parse_args()
     if args.threads:
         torch.set_num_threads(args.threads)
@@ -95,7 +114,15 @@ def main() -> None:
     lengths = [rng.randint(args.min_output, args.max_output) for _ in prompts]
     print(f"{len(prompts)} prompts, output lengths {args.min_output}-{args.max_output} (seed {args.seed}, "
           f"{sum(lengths)} tokens), batch {args.batch_size}, torch threads {torch.get_num_threads()}", file=sys.stderr)
-    engine = run_engine(prompts, lengths, args.batch_size)
+    engine = run_engine(prompts, lengths, args.batch_size, overlap=not args.no_overlap, speculative=args.speculative)
+    if args.engine_only:
+        engine["output_ids"] = engine.pop("outputs")
+        text = json.dumps({**engine, "prompts": len(prompts), "commit": current_commit()})
+        if args.json:
+            Path(args.json).write_text(text)
+        print(f"engine: {engine['output_tokens']} tokens in {engine['wall_s']:.1f} s, {engine['tok_s']:.1f} tok/s"
+              + (f", accept length {engine['accept_length']:.2f}" if engine["accept_length"] else ""))
+        return
     hf = run_transformers(prompts, lengths, args.batch_size)
     same = sum(a == b for a, b in zip(engine.pop("outputs"), hf.pop("outputs")))
     ratio = engine["tok_s"] / hf["tok_s"]

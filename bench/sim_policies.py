@@ -1,7 +1,8 @@
 """Simulator profiles x sync policies on the reference workload: virtual decode tokens/s, device idle
 between decode steps, race-detector hazards. Prints a Markdown table and writes JSON to bench/results/.
 
-The rows are the vendor defaults, the SGLang presets (PARALLAX_SYNC_PRESET; ``sglang-36054`` on
+The rows are the vendor defaults, speculative decoding (self-draft: the model's first 2 layers; n-gram)
+and the grammar path on top of the default, the SGLang presets (PARALLAX_SYNC_PRESET; ``sglang-36054`` on
 ``rocm-mi300x`` is the forecast of the open proposal to turn the barrier on for ROCm), the WAR barrier
 read-gated and forced coarse, each switch alone, and the overlap loop off. Noise is off, so the table
 is exact and reproducible.
@@ -23,11 +24,17 @@ from tqdm import tqdm
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
+from scheduler_core.grammar import GrammarBackend  # noqa: E402
 from scheduler_core.jobs.results import current_commit  # noqa: E402
 from scheduler_core.model.loader import ModelLoadError, load_model  # noqa: E402
 from scheduler_core.platform import DEFAULT_POLICIES, PRESETS, SyncPolicy  # noqa: E402
 from scheduler_core.sim.measure import REFERENCE, reference_model, run_reference  # noqa: E402
 from scheduler_core.sim.profile import load_profile  # noqa: E402
+from scheduler_core.spec import SpecConfig  # noqa: E402
+
+SELF_DRAFT = SpecConfig("self-draft", num_draft_tokens=3, draft_layers=2)
+NGRAM = SpecConfig("ngram", num_draft_tokens=4)
+GRAMMAR = r"[0-9]{1,6}(\+[0-9]{1,6})*"  # a constraint any output length fits
 
 
 def rows(vendor: str) -> list[tuple[str, SyncPolicy, bool]]:
@@ -35,6 +42,9 @@ def rows(vendor: str) -> list[tuple[str, SyncPolicy, bool]]:
     out = [(f"{vendor} default", default, True)]
     for name, preset in PRESETS.items():
         out.append((f"preset {name}", dataclasses.replace(default, **preset.switches), True))
+    out += [("default + speculative (self-draft)", default, True),
+            ("default + speculative (ngram)", default, True),
+            ("default + grammar", default, True)]
     out += [("barrier read-gated", dataclasses.replace(default, war_barrier=True, war_barrier_read_gated=True), True),
             ("barrier coarse (forced)", dataclasses.replace(default, war_barrier=True, war_barrier_read_gated=False), True),
             ("barrier only", SyncPolicy(True, False, False), True),
@@ -60,18 +70,23 @@ def main() -> None:
     workload = dataclasses.replace(REFERENCE, output_len=args.output_len)
     plan = [(p, *row) for p in args.profiles for row in rows(load_profile(p).vendor)]
     results = []
+    backend = GrammarBackend(model.tokenizer, model.config.vocab_size)
     for profile, label, policy, overlap in tqdm(plan, desc="sim runs", file=sys.stderr):
         start = time.perf_counter()
-        run = run_reference(model, profile, policy, overlap=overlap, workload=workload)
+        spec = SELF_DRAFT if "self-draft" in label else NGRAM if "ngram" in label else None
+        grammar = (lambda i: backend.regex(GRAMMAR)) if "grammar" in label else None
+        run = run_reference(model, profile, policy, overlap=overlap, workload=workload, speculative=spec,
+                            grammar=grammar)
         results.append({"profile": profile, "row": label, "policy": dataclasses.asdict(policy), "overlap": overlap,
                         "tokens_per_s": run.tokens_per_s, "idle_pct": run.idle_pct, "hazards": len(run.hazards),
                         "hazard_buffers": sorted({h.buffer for h in run.hazards}),
+                        "accept_length": run.accept_length,
                         "wall_s": time.perf_counter() - start})
     print(f"reference workload: batch {workload.batch_size}, input {workload.input_len}, output "
           f"{workload.output_len}, model {model.config.name} ({model.config.num_layers} layers), noise off\n")
     print("| profile | policy | barrier | read-gated | copy stream | prepare D2H | overlap | tok/s (virtual) "
-          "| vs default | device idle % | hazards |")
-    print("|---|---|---|---|---|---|---|---|---|---|---|")
+          "| vs default | device idle % | accept length | hazards |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|")
     for r in results:
         base = next(x for x in results if x["profile"] == r["profile"] and x["row"].endswith("default"))
         p = r["policy"]
@@ -80,6 +95,7 @@ def main() -> None:
         print(f"| {r['profile']} | {r['row']} | {yes(p['war_barrier'])} | {gated} | {yes(p['copy_stream'])} "
               f"| {yes(p['fwd_prepare_d2h'])} | {yes(r['overlap'])} | {r['tokens_per_s']:.0f} "
               f"| {100 * (r['tokens_per_s'] / base['tokens_per_s'] - 1):+.1f} % | {r['idle_pct']:.1f} "
+              f"| {r['accept_length']:.2f} "
               f"| {r['hazards']}{' (' + ', '.join(r['hazard_buffers']) + ')' if r['hazards'] else ''} |")
     out_dir = REPO / "bench" / "results"
     out_dir.mkdir(parents=True, exist_ok=True)
