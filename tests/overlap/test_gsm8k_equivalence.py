@@ -9,7 +9,9 @@ a step whose top-2 logit margin is below NEAR_TIE_EPS, and the test reports how 
 Slow: loads the real model (tests/scheduler_core/test_smollm2.py explains the single thread)."""
 from __future__ import annotations
 
+import os
 import re
+from pathlib import Path
 
 import pytest
 import torch
@@ -37,8 +39,11 @@ def smollm2() -> LoadedModel:
 
 @pytest.fixture(scope="module")
 def prompts() -> list[str]:
+    # ../shared next to the checkout; PARALLAX_SHARED_DIR points elsewhere (a worktree one level deeper).
+    shared = os.environ.get("PARALLAX_SHARED_DIR")
+    local = Path(shared) / "data" / "gsm8k" if shared else GSM8K_DIR
     try:
-        data = GSM8K_DIR if (GSM8K_DIR / "test.jsonl").is_file() else resolve_data(None)
+        data = local if (local / "test.jsonl").is_file() else resolve_data(None)
     except DataNotFound as exc:
         pytest.skip(str(exc))
     return [f"Question: {q['question']}\nAnswer:" for q in load_jsonl(data / "test.jsonl")[:6]]
