@@ -1,6 +1,7 @@
 """Offline engine API: `Engine(...).generate(prompts, sampling_params)` → token ids, text, finish reason, timings."""
 from __future__ import annotations
 
+import dataclasses
 import itertools
 from dataclasses import dataclass, field
 from functools import cached_property
@@ -97,7 +98,9 @@ class Engine:
                 "cascade_min_prefix": c.cascade_min_prefix, "mixed_chunk": c.enable_mixed_chunk,
                 "device": str(self.device), "dtype": str(next(self.loaded.model.parameters()).dtype),
                 "overlap": self.overlap, "disaggregation": self.disaggregation,
-                "num_threads": torch.get_num_threads(), **self.sync_policy.as_context()}
+                "num_threads": torch.get_num_threads(), **self.sync_policy.as_context(),
+                # only when on, so the context (and the series it keys) of every other run is unchanged
+                **({"speculative": dataclasses.asdict(c.speculative)} if c.speculative is not None else {})}
 
     def flush_cache(self) -> None:
         """Drop every unlocked prefix-cache entry (between benchmark repeats)."""

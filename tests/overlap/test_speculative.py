@@ -102,3 +102,8 @@ def test_without_either_path_the_lengths_are_copied_on_the_forward_stream(tiny_m
     rec = run_spec(tiny_model, "cpu")
     assert [c for c in rec.calls_of("to_host") if c.stream == "forward"]
     assert not [c for c in rec.calls_of("to_host") if c.stream == "schedule"]
+
+
+def test_the_engine_settings_record_speculative_decoding_only_when_it_is_on(tiny_model) -> None:
+    assert Engine(tiny_model, kv_tokens=256, speculative=NGRAM).settings()["speculative"]["algorithm"] == "ngram"
+    assert "speculative" not in Engine(tiny_model, kv_tokens=256).settings()
