@@ -134,3 +134,39 @@ def test_freeing_a_host_owned_block_or_an_unknown_key_reports_nothing() -> None:
     det.op(a, "copy to device", ["pinned"], [])
     assert det.free("pinned") == []
     assert det.free("never allocated") == []
+
+
+def test_a_read_after_the_read_done_event_that_claims_it_is_a_hazard_with_both_stacks() -> None:
+    det, a, b = two_streams()
+    det.op(a, "write", [], ["table"])
+    det.wait_stream(b, a)
+    det.reads_done(b, det.record(b), ["table"], stack=(("overlap.py", 1, "launch"),))
+    found = det.op(b, "gather", ["table"], [], stack=(("llama.py", 2, "apply"),))
+    assert [(h.kind, h.buffer, h.first_stream, h.second_stream) for h in found] == [
+        ("read-after-read-done", "table", "forward", "forward")]
+    assert found[0].first_stack == ("overlap.py:1 in launch",) and found[0].second_stack == ("llama.py:2 in apply",)
+
+
+def test_reads_before_the_read_done_event_and_of_other_buffers_are_fine() -> None:
+    det, a, b = two_streams()
+    det.op(b, "gather", ["table"], [])
+    det.reads_done(b, det.record(b), ["table"])
+    assert det.op(b, "layers", ["kv"], []) == []
+
+
+def test_a_read_done_claim_ends_when_the_stream_waits_for_the_next_batch() -> None:
+    det, a, b = two_streams()
+    det.reads_done(b, det.record(b), ["table"])
+    det.wait_stream(b, a)  # forward.wait_stream(schedule): the next launch
+    assert det.op(b, "gather", ["table"], []) == []
+
+
+def test_waiting_on_the_read_done_event_orders_the_next_write_after_the_reads() -> None:
+    det, a, b = two_streams()
+    det.op(b, "gather", ["table"], [])
+    done = det.record(b)
+    det.reads_done(b, done, ["table"])
+    det.op(b, "layers", ["kv"], [])
+    det.wait_event(a, done)  # schedule.wait_event(shared_read_done)
+    assert det.op(a, "write", [], ["table"]) == []
+    assert det.op(a, "write kv", [], ["kv"])[0].kind == "write-after-read"
