@@ -73,10 +73,10 @@ def test_a_bad_speculative_setting_is_refused_by_name(tiny_model, bad, message) 
         Engine(tiny_model, kv_tokens=256, speculative=bad)
 
 
-def run_spec(tiny_model, platform: str) -> RecordingDevice:
+def run_spec(tiny_model, platform: str, environ: dict[str, str] | None = None) -> RecordingDevice:
     rec = RecordingDevice(CpuDevice())
     engine = Engine(tiny_model, overlap=True, kv_tokens=1024, speculative=NGRAM, streams=rec,
-                    sync_policy=resolve_policy(Platform(platform), {}))
+                    sync_policy=resolve_policy(Platform(platform), environ or {}))
     engine.generate([[3, 4, 5, 3, 4, 5, 3, 4]] * 2, SamplingParams(max_new_tokens=8, ignore_eos=True))
     return rec
 
@@ -98,8 +98,9 @@ def test_hip_synchronises_the_host_on_publish_ready_before_copying_the_lengths(t
     assert ("event_synchronize", None) in ops[i - 3:i]
 
 
-def test_without_either_path_the_lengths_are_copied_on_the_forward_stream(tiny_model) -> None:
-    rec = run_spec(tiny_model, "cpu")
+@pytest.mark.parametrize("platform, environ", [("cpu", {}), ("rocm", {"PARALLAX_HIP_PUBLISH_SYNC": "0"})])
+def test_without_either_path_the_lengths_are_copied_on_the_forward_stream(tiny_model, platform, environ) -> None:
+    rec = run_spec(tiny_model, platform, environ)
     assert [c for c in rec.calls_of("to_host") if c.stream == "forward"]
     assert not [c for c in rec.calls_of("to_host") if c.stream == "schedule"]
 
