@@ -76,6 +76,7 @@ class AlertState(str, enum.Enum):
 
 
 class BisectState(str, enum.Enum):
+    pending = "pending"  # stored by the API; the bisect duty checks it against git, then runs it
     running = "running"
     done = "done"
     failed = "failed"
