@@ -280,7 +280,8 @@ class Run(Base):
 
     __tablename__ = "runs"
     __table_args__ = (UniqueConstraint("job_id", "attempt"),
-                      Index("ix_runs_series", "suite_id", "platform", "commit_id"))
+                      Index("ix_runs_series", "suite_id", "platform", "commit_id"),
+                      Index("ix_runs_created_at", "created_at"))
     id: Mapped[int] = mapped_column(primary_key=True)
     job_id: Mapped[int] = mapped_column(ForeignKey("jobs.id", ondelete="CASCADE"))
     attempt: Mapped[int] = mapped_column(Integer)
@@ -319,6 +320,13 @@ class Measurement(Base):
     unit: Mapped[str] = mapped_column(String(32))
     direction: Mapped[str] = mapped_column(String(32))
     samples: Mapped[list[Any]] = mapped_column(JSON)
+    # The per-run summary, kept when retention drops the raw samples (then `samples` holds only
+    # the median and `samples_pruned_at` says when); None on rows stored before issue 30.
+    sample_count: Mapped[int | None] = mapped_column(Integer)
+    sample_median: Mapped[float | None] = mapped_column(Float)
+    sample_min: Mapped[float | None] = mapped_column(Float)
+    sample_max: Mapped[float | None] = mapped_column(Float)
+    samples_pruned_at: Mapped[datetime | None]
 
     run: Mapped[Run] = relationship(back_populates="measurements")
 
