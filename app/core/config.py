@@ -106,6 +106,8 @@ class Settings:
     # The dashboard home page's content is a per-process snapshot at most this old (0: fresh).
     home_max_age_s: float = 5.0
     retention: tuple[RetentionRule, ...] = ()  # issue 30: app.retention
+    # A streaming replica for dashboard pages and read APIs (app.web.session); None: the primary.
+    read_database_url: str | None = None
 
     def suite(self, name: str) -> SuiteSpec | None:
         return next((s for s in self.suites if s.name == name), None)
@@ -295,6 +297,7 @@ def load_settings(env: Mapping[str, str] | None = None, **overrides: Any) -> Set
         "claim_poll_s": _float_env(env, "PARALLAX_CLAIM_POLL_S", None, positive=True),
         "claim_notify": _bool_env(env, "PARALLAX_CLAIM_NOTIFY", True),
         "home_max_age_s": _float_env(env, "PARALLAX_HOME_MAX_AGE_S", 5.0, minimum=0.0),
+        "read_database_url": env.get("PARALLAX_READ_DATABASE_URL") or None,
     }
     config_path = overrides.pop("config_path", None) or env.get("PARALLAX_CONFIG")
     if config_path is None and Path("parallax.toml").is_file():
