@@ -12,6 +12,7 @@ import numpy as np
 from flask import Blueprint, jsonify, request
 from sqlalchemy import func, select
 
+from app.core import limits
 from app.core.clock import as_utc, utcnow
 from app.core.errors import Invalid, NotFound
 from app.core.limits import free_text
@@ -95,6 +96,9 @@ def get_series():  # type: ignore[no-untyped-def]
     suite, metric, platform = _required("suite"), _required("metric"), _required("platform")
     branch = request.args.get("branch", "").strip() or repository.default_branch
     wanted = request.args.get("context_fingerprint", "").strip() or None
+    # `last=N`: only the newest N commits of the branch (a years-long history is 50,000 points).
+    last = request.args.get("last", "").strip()
+    window = limits.integer(int(last) if last.isdigit() and len(last) < 10 else last, "last", minimum=1) if last else None
     # The newest context of each fingerprint: one row per fingerprint, not every run's document.
     newest = (select(func.max(Run.id)).join(Commit, Commit.id == Run.commit_id)
               .where(Commit.repository_id == repository.id, Run.platform == platform)
@@ -105,7 +109,7 @@ def get_series():  # type: ignore[no-untyped-def]
         contexts = {k: v for k, v in contexts.items() if k == wanted}
     result = []
     for fingerprint, context in sorted(contexts.items()):
-        series = load_series(session, SeriesKey(repository.id, branch, suite, metric, platform, fingerprint))
+        series = load_series(session, SeriesKey(repository.id, branch, suite, metric, platform, fingerprint), last=window)
         if series.points:
             result.append(series_json(series, context))
     return jsonify({"repository": repository.name, "branch": branch, "suite": suite, "metric": metric,

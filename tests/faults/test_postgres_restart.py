@@ -23,10 +23,10 @@ from app.core.duties import start as start_duties
 from app.core.migrate import upgrade
 from app.core.models import Job, JobState, Repository, Run, WebhookDelivery
 from app.web import create_app
+from bench.pg_instance import PgInstance, available, scratch_root
 from runners.client import Client, RetryPolicy
 from tests.support.github import REPO_NAME, SECRET, Upstream, push_payload, webhook_headers
 from tests.support.live_server import LiveServer
-from tests.support.pg_instance import PgInstance, available, scratch_root
 from tests.support.runner_harness import wait_for
 from tests.support.service_api import admin_headers, document, registration_token
 from tests.support.settings import make_settings

@@ -15,8 +15,8 @@ from app.core.migrate import upgrade
 from app.web import create_app
 from app.web.session import FRESH_COOKIE
 from bench.backends import StatementLog
+from bench.pg_instance import PgInstance, available, scratch_root
 from tests.dashboard.test_pages import sign_in
-from tests.support.pg_instance import PgInstance, available, scratch_root
 from tests.support.service_api import admin_headers
 from tests.support.settings import make_settings
 

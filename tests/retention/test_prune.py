@@ -177,3 +177,11 @@ def test_the_commit_api_says_which_samples_were_pruned(history: History, setting
     (metric,) = [m for run in body["runs"] for m in run["metrics"]]
     assert metric["pruned"] is True and metric["samples"] == [25.0]
     assert metric["summary"] == {"count": 4, "median": 25.0, "min": 10.0, "max": 40.0}
+
+
+def test_the_series_api_reads_only_the_newest_commits_asked_for(history: History, client: Any) -> None:
+    query = f"/api/v1/series?repository=demo/engine&suite={SUITE}&metric={METRIC}&platform=rocm&branch=main"
+    points = client.get(query + "&last=5").get_json()["series"][0]["points"]
+    assert [p["commit"] for p in points] == history.main[-5:]
+    refused = client.get(query + "&last=nope")
+    assert refused.status_code == 422 and refused.get_json()["field"] == "last"

@@ -1,11 +1,13 @@
-"""A PostgreSQL server of the test's own: `initdb` in a temporary directory, another port, run as
-the `postgres` user (PostgreSQL refuses to run as root), stopped and started at will, and a
+"""A PostgreSQL server of one's own: `initdb` in a temporary directory, another port, run as the
+`postgres` user (PostgreSQL refuses to run as root), stopped and started at will, and a
 streaming replica of it made with `pg_basebackup`. The fault and replica tests stage outages on
-these, never on the machine's shared server."""
+these, and bench/history_scale.py seeds millions of rows into one, never the machine's shared
+server."""
 from __future__ import annotations
 
 import os
 import shutil
+import socket
 import subprocess
 import tempfile
 import time
@@ -13,10 +15,14 @@ from pathlib import Path
 
 import psycopg
 
-from tests.support.runner_harness import free_port
-
 BIN = Path(os.environ.get("PARALLAX_PG_BIN", "/usr/local/bin"))
 PG_BASEBACKUP = shutil.which("pg_basebackup") or "/usr/bin/pg_basebackup"
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
 
 
 def available() -> str | None:
