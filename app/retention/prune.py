@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any, Callable
 
-from sqlalchemy import ColumnElement, and_, exists, func, not_, select, update
+from sqlalchemy import ColumnElement, and_, bindparam, exists, func, not_, select, update
 
 from app.core.clock import utcnow
 from app.core.config import RETENTION_KINDS, RetentionRule, Settings, current_settings
@@ -132,21 +132,22 @@ def prune(db: Database, settings: Settings, *, batch_size: int = BATCH, max_batc
 
 def _prune_batch(db: Database, rule: RetentionRule, batch_size: int, now: datetime) -> tuple[int, int] | None:
     with db.session() as session:
-        ids = list(session.scalars(_candidates(rule, now).order_by(Measurement.id).limit(batch_size)))
-        if not ids:
+        rows = session.execute(select(Measurement.id, Measurement.samples)
+                               .where(Measurement.id.in_(_candidates(rule, now).order_by(Measurement.id).limit(batch_size)
+                                                         .scalar_subquery()))).all()
+        if not rows:
             return None
-        rows = session.execute(select(Measurement.id, Measurement.samples).where(Measurement.id.in_(ids))).all()
-        count = dropped = 0
         stamp = utcnow()
+        params = []
         for measurement_id, samples in rows:
             summary = sample_summary(samples)
-            updated = session.execute(
-                update(Measurement).where(Measurement.id == measurement_id, Measurement.samples_pruned_at.is_(None))
-                .values(samples=[summary["sample_median"]], samples_pruned_at=stamp, **summary))
-            if updated.rowcount:
-                count += 1
-                dropped += len(samples) - 1
-        return count, dropped
+            params.append({"mid": measurement_id, "samples": [summary["sample_median"]], "samples_pruned_at": stamp,
+                           **summary})
+        table = Measurement.__table__
+        # One executemany; a row another pruner got to first is skipped by its own condition.
+        session.execute(update(table).where(table.c.id == bindparam("mid"), table.c.samples_pruned_at.is_(None))
+                        .values({name: bindparam(name) for name in params[0] if name != "mid"}), params)
+        return len(rows), sum(len(samples) - 1 for _, samples in rows)
 
 
 def run_duty(db: Database) -> dict[str, Any]:
