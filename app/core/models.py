@@ -224,6 +224,7 @@ class Job(Base):
     __table_args__ = (
         Index("ix_jobs_claim", "state", "platform", "priority", "id"),
         Index("ix_jobs_cell", "commit_id", "suite_id", "platform"),
+        Index("ix_jobs_bisect_id", "bisect_id"),
     )
     id: Mapped[int] = mapped_column(primary_key=True)
     repository_id: Mapped[int] = mapped_column(ForeignKey("repositories.id", ondelete="CASCADE"), index=True)
