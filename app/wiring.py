@@ -14,6 +14,7 @@ from app.detection import service as detection
 from app.github import ingest
 from app.github import status as github_status
 from app.jobs import queue
+from app.retention import prune
 
 
 def connect() -> None:
@@ -25,5 +26,6 @@ def connect() -> None:
 
 
 def duties() -> list[Duty]:
-    """Every background duty: lease reaping, webhook processing, commit statuses, detection, bisect."""
-    return [*queue.DUTIES, *ingest.DUTIES, *github_status.DUTIES, *detection.DUTIES, *bisect.DUTIES]
+    """Every background duty: lease reaping, webhook processing, commit statuses, detection, bisect,
+    retention."""
+    return [*queue.DUTIES, *ingest.DUTIES, *github_status.DUTIES, *detection.DUTIES, *bisect.DUTIES, *prune.DUTIES]

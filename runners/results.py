@@ -113,17 +113,33 @@ def _string(value: Any, field: str, max_chars: int, *, allow_empty: bool = False
     return value
 
 
+def is_valid_unicode(value: str) -> bool:
+    """False for a string holding a lone surrogate (JSON's `\\ud800` escape parses into one):
+    no database or UTF-8 encoder can store it."""
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
 def _bounded(value: Any, field: str, limits: Limits) -> None:
-    """Numbers must fit a double and free-form strings the string limit, anywhere in the document
-    (an integer literal of 400 digits parses in Python but overflows every later float())."""
+    """Numbers must fit a double and free-form strings the string limit and be valid Unicode,
+    anywhere in the document (an integer literal of 400 digits parses in Python but overflows
+    every later float())."""
     if isinstance(value, int) and not isinstance(value, bool) and abs(value) > sys.float_info.max:
         raise ResultsError(field, "number is out of range (larger than a double)")
     if isinstance(value, str) and len(value) > limits.string_chars:
         raise ResultsError(field, f"is {len(value)} characters, longer than the limit of {limits.string_chars}")
+    if isinstance(value, str) and not is_valid_unicode(value):
+        raise ResultsError(field, "is not valid Unicode (it holds a lone surrogate such as \\ud800)")
     if isinstance(value, dict):
         for key, inner in value.items():
             if len(key) > limits.string_chars:
                 raise ResultsError(field, f"has a key longer than {limits.string_chars} characters")
+            if not is_valid_unicode(key):
+                raise ResultsError(f"{field}.{key.encode('utf-8', 'backslashreplace').decode()}",
+                                   "key is not valid Unicode (it holds a lone surrogate such as \\ud800)")
             _bounded(inner, f"{field}.{key}", limits)
     elif isinstance(value, list):
         for i, inner in enumerate(value):
@@ -149,6 +165,9 @@ def validate(data: Any, limits: Limits = DEFAULT_LIMITS) -> ResultsDocument:
     if data.get("schema") != SCHEMA:
         raise ResultsError("schema", f"must be {SCHEMA!r}, got {data.get('schema')!r}")
     for key, value in data.items():
+        if not is_valid_unicode(key):
+            raise ResultsError(key.encode("utf-8", "backslashreplace").decode(),
+                               "key is not valid Unicode (it holds a lone surrogate such as \\ud800)")
         _bounded(value, key, limits)
     suite = _string(data.get("suite"), "suite", limits.name_chars)
     raw_metrics = data.get("metrics")

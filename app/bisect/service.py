@@ -21,7 +21,7 @@ from app.bisect.search import Decision, Point, decide
 from app.bisect.stats import Verdict, compare, noise_scale, standardised
 from app.core.clock import as_utc, utcnow
 from app.core.config import Settings, current_settings
-from app.core.db import Database
+from app.core.db import Database, get_or_create
 from app.core.duties import Duty
 from app.core.errors import Invalid
 from app.core.models import (
@@ -100,9 +100,20 @@ def first_parent_range(mirror: Mirror, good: str, bad: str) -> list[str]:
     return [good, *reversed(chain)]
 
 
-def start(session: Session, settings: Settings, request: BisectRequest) -> Bisect:
-    """Check the request against the catalogue and git, store the bisect (running); the duty
-    queues its first round. Every refusal is a 422 naming the field, with nothing stored."""
+@dataclass(frozen=True)
+class Checked:
+    """A request that passed the catalogue checks (no git yet)."""
+    repository: Repository
+    suite: Suite
+    metric: str
+    platform: str
+    good: str
+    bad: str
+    effect: float
+
+
+def check(session: Session, request: BisectRequest) -> Checked:
+    """The checks that need only the database: a 422 naming the field, nothing stored."""
     repo_name = _text(request.repository, "repository")
     repository = session.scalar(select(Repository).where(Repository.name == repo_name))
     if repository is None:
@@ -124,6 +135,12 @@ def start(session: Session, settings: Settings, request: BisectRequest) -> Bisec
     effect = DEFAULT_EFFECT if request.effect is None else request.effect
     if not isinstance(effect, (int, float)) or isinstance(effect, bool) or not 0 < abs(effect) < 10:
         raise Invalid(f"effect: a relative change such as 0.08, got {effect!r}", extra={"field": "effect"})
+    return Checked(repository, suite, metric, platform, good, bad, abs(float(effect)))
+
+
+def git_range(settings: Settings, repository: Repository, good: str, bad: str) -> tuple[list[str], list[Any]]:
+    """Fetch the mirror and read the first-parent range good..bad with its commits' details:
+    slow I/O, run outside any transaction and never inside a request. 422 naming the field."""
     mirror = mirror_for(settings, repository)
     try:
         mirror.fetch(extra=[good, bad])
@@ -135,15 +152,73 @@ def start(session: Session, settings: Settings, request: BisectRequest) -> Bisec
     if not mirror.is_ancestor(good, bad):
         raise Invalid(f"good: {good[:12]} is not an ancestor of bad {bad[:12]}", extra={"field": "good"})
     commits = first_parent_range(mirror, good, bad)
-    known = record_commits(session, repository, mirror.commit_info(commits))
-    bisect = Bisect(repository_id=repository.id, suite=suite.name, metric=metric, platform=platform,
-                    good_commit_id=known[good].id, bad_commit_id=known[bad].id, state=BisectState.running,
-                    effect=abs(float(effect)), alert_id=request.alert_id,
+    return commits, mirror.commit_info(commits)
+
+
+def start(session: Session, settings: Settings, request: BisectRequest) -> Bisect:
+    """Check the request against the catalogue and git, store the bisect (running); the duty
+    queues its first round. Every refusal is a 422 naming the field, with nothing stored. Runs
+    git: for the command line and the duty, never a request (see `request`)."""
+    checked = check(session, request)
+    commits, infos = git_range(settings, checked.repository, checked.good, checked.bad)
+    known = record_commits(session, checked.repository, infos)
+    bisect = Bisect(repository_id=checked.repository.id, suite=checked.suite.name, metric=checked.metric,
+                    platform=checked.platform, good_commit_id=known[checked.good].id, bad_commit_id=known[checked.bad].id,
+                    state=BisectState.running, effect=checked.effect, alert_id=request.alert_id,
                     stages=[{"kind": "first_parent", "commits": commits}], steps=[], result={})
     session.add(bisect)
     session.flush()
     log.info("bisect started", extra={"px_bisect": bisect.id, "px_commits": len(commits)})
     return bisect
+
+
+def submit(session: Session, request: BisectRequest) -> Bisect:
+    """What `POST /api/v1/bisects` does: the database checks only (422 naming the field), then
+    the bisect is stored `pending` and the bisect duty checks it against git (`resolve_pending`),
+    so the request never waits on a fetch. Good and bad are recorded as commits known only by
+    their SHA until the duty reads them from git."""
+    checked = check(session, request)
+    ends = {sha: get_or_create(session, Commit, repository_id=checked.repository.id, sha=sha)
+            for sha in (checked.good, checked.bad)}
+    bisect = Bisect(repository_id=checked.repository.id, suite=checked.suite.name, metric=checked.metric,
+                    platform=checked.platform, good_commit_id=ends[checked.good].id, bad_commit_id=ends[checked.bad].id,
+                    state=BisectState.pending, effect=checked.effect, alert_id=request.alert_id,
+                    stages=[], steps=[], result={"good": checked.good, "bad": checked.bad})
+    session.add(bisect)
+    session.flush()
+    log.info("bisect requested", extra={"px_bisect": bisect.id})
+    return bisect
+
+
+def resolve_pending(db: Database, settings: Settings) -> dict[int, str]:
+    """Check each pending bisect against git (fetching outside any transaction: on SQLite one
+    holds the write lock), then start it, or end it failed with the field that was wrong."""
+    with db.session() as session:
+        pending = [(b.id, b.repository_id, b.result.get("good"), b.result.get("bad")) for b in session.scalars(
+            select(Bisect).where(Bisect.state == BisectState.pending).order_by(Bisect.id))]
+        repositories = {r.id: r for r in session.scalars(select(Repository))}
+    outcome: dict[int, str] = {}
+    for bisect_id, repository_id, good, bad in pending:
+        repository = repositories[repository_id]
+        try:
+            commits, infos = git_range(settings, repository, good, bad)
+            failure = None
+        except Invalid as exc:
+            commits, infos, failure = [], [], exc
+        with db.session() as session:
+            bisect = session.get(Bisect, bisect_id)
+            if bisect is None or bisect.state != BisectState.pending:
+                continue
+            if failure is not None:
+                bisect.result = {**bisect.result, "field": failure.extra.get("field")}
+                outcome[bisect_id] = _finish(bisect, BisectState.failed, failure.detail)
+                continue
+            record_commits(session, session.get(Repository, repository_id), infos)
+            bisect.stages = [{"kind": "first_parent", "commits": commits}]
+            bisect.state, bisect.updated_at = BisectState.running, utcnow()
+            outcome[bisect_id] = "running"
+            log.info("bisect started", extra={"px_bisect": bisect_id, "px_commits": len(commits)})
+    return outcome
 
 
 # ---------------------------------------------------------------- reading the range
@@ -396,7 +471,9 @@ def start_for_alerts(session: Session) -> list[int]:
 
 
 def run_duty(db: Database) -> dict[str, Any]:
-    """The `bisect` duty: automatic bisects for new alerts, then one step of every running one."""
+    """The `bisect` duty: requested bisects checked against git, automatic bisects for new
+    alerts, then one step of every running one."""
+    resolved = resolve_pending(db, current_settings())
     with db.session() as session:
         started = start_for_alerts(session)
         session.commit()
@@ -417,7 +494,7 @@ def run_duty(db: Database) -> dict[str, Any]:
             except Exception:
                 log.exception("bisect step failed", extra={"px_bisect": bisect_id})
                 session.rollback()
-    return {"started": started, "steps": steps}
+    return {"resolved": resolved, "started": started, "steps": steps}
 
 
 DUTIES = [Duty("bisect", run_duty, interval_s=1.0, lease_s=120.0)]
@@ -463,8 +540,10 @@ def bisect_json(session: Session, bisect: Bisect) -> dict[str, Any]:
     return {
         "id": bisect.id, "repository": repository.name, "suite": bisect.suite, "metric": bisect.metric,
         "platform": bisect.platform, "effect": bisect.effect, "alert_id": bisect.alert_id,
-        "good": stages_out[0]["good"] if stages_out else None, "bad": stages_out[0]["bad"] if stages_out else None,
-        "state": bisect.state.value, "reason": bisect.reason, "culprit": culprit_out,
+        "good": stages_out[0]["good"] if stages_out else bisect.result.get("good"),
+        "bad": stages_out[0]["bad"] if stages_out else bisect.result.get("bad"),
+        "state": bisect.state.value, "reason": bisect.reason, "field": bisect.result.get("field"),
+        "culprit": culprit_out,
         "changes": [c for s in stages_out for c in s["changes"]],
         "monotonic": not any(s["outcome"] == "not_monotonic" for s in stages_out),
         "confirmation": confirmation, "rounds": rounds, "stages": stages_out,

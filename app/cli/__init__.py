@@ -16,6 +16,7 @@ COMMANDS = {
     "demo": "app.cli.demo:demo",
     "detect": "app.cli.detect:detect",
     "enqueue": "app.cli.jobs:enqueue",
+    "prune": "app.cli.prune:prune_command",
     "repo": "app.cli.repos:repo",
     "runner": "app.cli.runner:runner",
     "serve": "app.cli.serve:serve",

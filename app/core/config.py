@@ -56,6 +56,17 @@ class SuiteSpec:
     env: Mapping[str, str] = field(default_factory=dict)
 
 
+RETENTION_KINDS = ("superseded-pr-head", "bisect-probe", "other-branch", "default-branch")
+
+
+@dataclass(frozen=True)
+class RetentionRule:
+    """`[[retention]]` in parallax.toml: raw samples of runs of this kind may be dropped once the
+    run is `after_days` old (its per-run summary stays). Without a rule, nothing is dropped."""
+    kind: str
+    after_days: float
+
+
 @dataclass(frozen=True)
 class Settings:
     database_url: str = DEFAULT_DATABASE_URL
@@ -94,6 +105,9 @@ class Settings:
     claim_notify: bool = True  # off: waiters poll (e.g. behind a pooler that cannot LISTEN)
     # The dashboard home page's content is a per-process snapshot at most this old (0: fresh).
     home_max_age_s: float = 5.0
+    retention: tuple[RetentionRule, ...] = ()  # issue 30: app.retention
+    # A streaming replica for dashboard pages and read APIs (app.web.session); None: the primary.
+    read_database_url: str | None = None
 
     def suite(self, name: str) -> SuiteSpec | None:
         return next((s for s in self.suites if s.name == name), None)
@@ -224,7 +238,32 @@ def parse_catalogue(data: Mapping[str, Any], source: str = "parallax.toml") -> d
             max_attempts=int(table.get("max_attempts", 3)),
             **_adapter_keys(table, where, known_platforms=platforms),
         ))
-    return {"repositories": tuple(repositories), "suites": tuple(suites), "platforms": platforms}
+    return {"repositories": tuple(repositories), "suites": tuple(suites), "platforms": platforms,
+            "retention": parse_retention(data.get("retention", []), source)}
+
+
+def parse_retention(tables: Any, source: str) -> tuple[RetentionRule, ...]:
+    """`[[retention]]` tables: a known `kind`, once each, and a non-negative `after_days`."""
+    if not isinstance(tables, list):
+        raise ConfigError(f"{source}: retention must be an array of tables ([[retention]])")
+    rules: dict[str, RetentionRule] = {}
+    for i, table in enumerate(tables):
+        where = f"{source}: retention[{i}]"
+        if not isinstance(table, dict):
+            raise ConfigError(f"{where} must be a table")
+        unknown = sorted(set(table) - {"kind", "after_days"})
+        if unknown:
+            raise ConfigError(f"{where}.{unknown[0]}: unknown key (allowed: kind, after_days)")
+        kind = table.get("kind")
+        if kind not in RETENTION_KINDS:
+            raise ConfigError(f"{where}.kind must be one of {', '.join(RETENTION_KINDS)}, got {kind!r}")
+        if kind in rules:
+            raise ConfigError(f"{where}.kind: {kind!r} has a rule already")
+        days = table.get("after_days")
+        if not isinstance(days, (int, float)) or isinstance(days, bool) or not days >= 0 or days == float("inf"):
+            raise ConfigError(f"{where}.after_days must be a number of days >= 0, got {days!r}")
+        rules[kind] = RetentionRule(kind, float(days))
+    return tuple(rules.values())
 
 
 def load_settings(env: Mapping[str, str] | None = None, **overrides: Any) -> Settings:
@@ -258,6 +297,7 @@ def load_settings(env: Mapping[str, str] | None = None, **overrides: Any) -> Set
         "claim_poll_s": _float_env(env, "PARALLAX_CLAIM_POLL_S", None, positive=True),
         "claim_notify": _bool_env(env, "PARALLAX_CLAIM_NOTIFY", True),
         "home_max_age_s": _float_env(env, "PARALLAX_HOME_MAX_AGE_S", 5.0, minimum=0.0),
+        "read_database_url": env.get("PARALLAX_READ_DATABASE_URL") or None,
     }
     config_path = overrides.pop("config_path", None) or env.get("PARALLAX_CONFIG")
     if config_path is None and Path("parallax.toml").is_file():

@@ -15,7 +15,8 @@ from typing import Any, Iterator, TypeVar
 
 from sqlalchemy import Engine, create_engine, event, select, text
 from sqlalchemy.engine import make_url
-from sqlalchemy.exc import IntegrityError
+from sqlalchemy.exc import DBAPIError, DisconnectionError, IntegrityError, OperationalError
+from sqlalchemy.exc import TimeoutError as PoolTimeout
 from sqlalchemy.orm import Session, sessionmaker
 
 M = TypeVar("M")
@@ -73,6 +74,26 @@ class Database:
     def ping(self) -> None:
         with self.engine.connect() as conn:
             conn.execute(text("SELECT 1"))
+
+
+RETRY_AFTER_S = 5  # what a client is told to wait when the database is unreachable
+
+
+def is_database_unavailable(exc: BaseException) -> bool:
+    """True for errors that mean "the database cannot be reached right now" (a restart, a
+    failover, a lost connection, an exhausted pool, SQLite's lock wait running out), as opposed
+    to a fault in a query. Requests answer these with 503 and Retry-After, not a 500."""
+    if isinstance(exc, (DisconnectionError, PoolTimeout)):
+        return True
+    if isinstance(exc, DBAPIError) and exc.connection_invalidated:
+        return True
+    if isinstance(exc, OperationalError):
+        module = type(exc.orig).__module__
+        if module.startswith("psycopg"):  # PostgreSQL's OperationalError: connection and admin failures
+            return True
+        text = str(exc.orig).lower()
+        return "database is locked" in text or "unable to open database" in text
+    return False
 
 
 def get_or_create(session: Session, model: type[M], defaults: dict[str, Any] | None = None, **keys: Any) -> M:

@@ -23,7 +23,7 @@ from sqlalchemy.orm import Session
 
 from app.core.clock import utcnow
 from app.core.config import Settings, use_settings
-from app.core.db import Database
+from app.core.db import Database, is_database_unavailable
 from app.core.models import WorkerLease
 
 log = logging.getLogger(__name__)
@@ -85,8 +85,11 @@ def start(db: Database, duties: Sequence[Duty], settings: Settings, stop: thread
     def _tick() -> None:
         try:
             run_due(db, duties)
-        except Exception:
-            log.exception("background loop error")
+        except Exception as exc:
+            if is_database_unavailable(exc):  # a restart or failover: the next tick tries again
+                log.warning("background loop: database unavailable: %s", str(getattr(exc, "orig", exc)).splitlines()[0])
+            else:
+                log.exception("background loop error")
 
     thread = threading.Thread(target=loop, name="parallax-background", daemon=True)
     thread.start()

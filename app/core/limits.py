@@ -18,7 +18,7 @@ from sqlalchemy import Column
 from app.core.config import Settings
 from app.core.errors import Invalid
 from app.core.models import ItemResult, Job, Measurement, Runner, Suite
-from runners.results import Limits, control_character
+from runners.results import Limits, control_character, is_valid_unicode
 
 INT32_MAX = 2**31 - 1  # PostgreSQL INTEGER: ids, attempts, priorities
 
@@ -103,3 +103,32 @@ def json_value(value: Any, field: str, settings: Settings) -> Any:
         for i, inner in enumerate(value):
             json_value(inner, f"{field}[{i}]", settings)
     return value
+
+
+def invalid_unicode_field(value: Any, field: str = "$") -> str | None:
+    """The path of the first string (value or object key) in parsed JSON that is not valid
+    Unicode — a lone surrogate from a `\\ud800` escape, which no database can store — or None."""
+    if isinstance(value, str):
+        return None if is_valid_unicode(value) else field
+    if isinstance(value, dict):
+        for key, inner in value.items():
+            path = key if field == "$" else f"{field}.{key}"
+            if not is_valid_unicode(key):
+                return path.encode("utf-8", "backslashreplace").decode()
+            found = invalid_unicode_field(inner, path)
+            if found is not None:
+                return found
+    elif isinstance(value, list):
+        for i, inner in enumerate(value):
+            found = invalid_unicode_field(inner, f"{field}[{i}]")
+            if found is not None:
+                return found
+    return None
+
+
+def require_valid_unicode(value: Any) -> None:
+    """422 naming the field when any string in a parsed JSON body is not valid Unicode."""
+    field = invalid_unicode_field(value)
+    if field is not None:
+        raise Invalid(f"{field}: not valid Unicode (a lone surrogate such as \\ud800); send UTF-8 text",
+                      extra={"field": field})

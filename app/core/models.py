@@ -76,6 +76,7 @@ class AlertState(str, enum.Enum):
 
 
 class BisectState(str, enum.Enum):
+    pending = "pending"  # stored by the API; the bisect duty checks it against git, then runs it
     running = "running"
     done = "done"
     failed = "failed"
@@ -223,6 +224,7 @@ class Job(Base):
     __table_args__ = (
         Index("ix_jobs_claim", "state", "platform", "priority", "id"),
         Index("ix_jobs_cell", "commit_id", "suite_id", "platform"),
+        Index("ix_jobs_bisect_id", "bisect_id"),
     )
     id: Mapped[int] = mapped_column(primary_key=True)
     repository_id: Mapped[int] = mapped_column(ForeignKey("repositories.id", ondelete="CASCADE"), index=True)
@@ -279,7 +281,8 @@ class Run(Base):
 
     __tablename__ = "runs"
     __table_args__ = (UniqueConstraint("job_id", "attempt"),
-                      Index("ix_runs_series", "suite_id", "platform", "commit_id"))
+                      Index("ix_runs_series", "suite_id", "platform", "commit_id"),
+                      Index("ix_runs_created_at", "created_at"))
     id: Mapped[int] = mapped_column(primary_key=True)
     job_id: Mapped[int] = mapped_column(ForeignKey("jobs.id", ondelete="CASCADE"))
     attempt: Mapped[int] = mapped_column(Integer)
@@ -318,6 +321,13 @@ class Measurement(Base):
     unit: Mapped[str] = mapped_column(String(32))
     direction: Mapped[str] = mapped_column(String(32))
     samples: Mapped[list[Any]] = mapped_column(JSON)
+    # The per-run summary, kept when retention drops the raw samples (then `samples` holds only
+    # the median and `samples_pruned_at` says when); None on rows stored before issue 30.
+    sample_count: Mapped[int | None] = mapped_column(Integer)
+    sample_median: Mapped[float | None] = mapped_column(Float)
+    sample_min: Mapped[float | None] = mapped_column(Float)
+    sample_max: Mapped[float | None] = mapped_column(Float)
+    samples_pruned_at: Mapped[datetime | None]
 
     run: Mapped[Run] = relationship(back_populates="measurements")
 

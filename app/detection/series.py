@@ -14,7 +14,7 @@ import json
 from dataclasses import asdict, dataclass, field
 from typing import Any, Iterable
 
-from sqlalchemy import func, select
+from sqlalchemy import false, func, select
 from sqlalchemy.orm import Session
 
 from app.core.models import Branch, BranchCommit, Commit, ItemResult, Job, Measurement, Repository, Run, Suite
@@ -152,10 +152,26 @@ def load_series(session: Session, key: SeriesKey, last: int | None = None) -> Se
     positions: dict[int, int] = {}
     if last is not None:
         if branch_id is not None:
-            recent_rows = session.execute(base.with_only_columns(Run.commit_id, BranchCommit.position).distinct()
-                                          .order_by(BranchCommit.position.desc()).limit(last)).all()
+            # Walk the branch from its head and probe each commit for a run of the series: the
+            # planner stops after `last` hits (index scans), where joining every run of the
+            # series first read all 50,000 of a long history (bench/history_scale.py).
+            suite_id = select(Suite.id).where(Suite.name == key.suite).scalar_subquery()
+            measured = select(Run.id).where(Run.commit_id == BranchCommit.commit_id, Run.suite_id == suite_id,
+                                            Run.platform == key.platform,
+                                            Run.context_fingerprint == key.context_fingerprint)
+            if key.is_items:
+                measured = measured.join(ItemResult, ItemResult.run_id == Run.id).where(
+                    ItemResult.name == key.metric[len(ITEMS_PREFIX):])
+            else:
+                measured = measured.join(Measurement, Measurement.run_id == Run.id).where(Measurement.metric == key.metric)
+            recent_rows = session.execute(
+                select(BranchCommit.commit_id, BranchCommit.position)
+                .where(BranchCommit.branch_id == branch_id, BranchCommit.active.is_(True), measured.exists())
+                .order_by(BranchCommit.position.desc()).limit(last)).all()
             positions = {commit_id: position for commit_id, position in recent_rows}
-            base = base.where(Run.commit_id.in_(list(positions)))
+            # The window is every measured commit from its oldest position on: a range, not an
+            # IN list of thousands of ids (measured: 5,000 ids cost the planner more than the read).
+            base = base.where(BranchCommit.position >= min(positions.values())) if positions else base.where(false())
         else:
             measured = set(session.scalars(base.with_only_columns(Run.commit_id).distinct()))
             order = _queue_positions(session, measured)

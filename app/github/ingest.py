@@ -29,6 +29,7 @@ from app.core.config import Settings, current_settings, use_settings
 from app.core.db import Database
 from app.core.duties import Duty
 from app.core.errors import APIError, Unauthorized
+from app.core.limits import invalid_unicode_field
 from app.core.models import Repository, WebhookDelivery
 from app.core.shas import SHA_RE
 from app.git import commit_graph
@@ -88,6 +89,9 @@ def parse_payload(body: bytes, content_type: str) -> tuple[dict[str, Any], str]:
         raise BadRequest(f"body is not valid JSON: {exc}") from exc
     if not isinstance(payload, dict):
         raise BadRequest("body must be a JSON object")
+    field = invalid_unicode_field(payload)
+    if field is not None:
+        raise BadRequest(f"{field}: not valid Unicode (a lone surrogate such as \\ud800)", extra={"field": field})
     return payload, text
 
 

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from typing import Any
+from typing import Any, Sequence
 
 from sqlalchemy.orm import Session
 
@@ -35,6 +35,14 @@ def document_hash(raw: bytes) -> str:
     return hashlib.sha256(raw).hexdigest()
 
 
+def sample_summary(samples: Sequence[float]) -> dict[str, Any]:
+    """The per-run summary stored beside the raw samples (and kept when retention drops them)."""
+    values = sorted(float(x) for x in samples)
+    n = len(values)
+    middle = values[n // 2] if n % 2 else (values[n // 2 - 1] + values[n // 2]) / 2
+    return {"sample_count": n, "sample_median": middle, "sample_min": values[0], "sample_max": values[-1]}
+
+
 def store_run(session: Session, job: Job, runner_id: int, document: ResultsDocument, digest: str) -> Run:
     run = Run(
         job_id=job.id, attempt=job.attempt, runner_id=runner_id, commit_id=job.commit_id,
@@ -43,7 +51,8 @@ def store_run(session: Session, job: Job, runner_id: int, document: ResultsDocum
         context_fingerprint=context_fingerprint(document.context, document.environment),
         simulated=document.simulated,
     )
-    run.measurements = [Measurement(metric=m.name, unit=m.unit, direction=m.direction, samples=list(m.samples))
+    run.measurements = [Measurement(metric=m.name, unit=m.unit, direction=m.direction, samples=list(m.samples),
+                                    **sample_summary(m.samples))
                         for m in document.metrics]
     if document.items is not None:
         run.items = [ItemResult(name=document.items.name, correct=list(document.items.correct))]

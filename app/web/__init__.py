@@ -24,7 +24,7 @@ from app.web.dashboard import bp as dashboard_bp
 from app.web.metrics import bp as metrics_bp
 from app.web.runner_api import bp as runner_bp
 from app.web.series_api import bp as series_bp
-from app.web.session import close_request_session
+from app.web.session import close_request_session, mark_written
 from app.web.webhooks import bp as webhooks_bp
 
 
@@ -62,6 +62,8 @@ def create_app(config: Settings | dict[str, Any] | None = None, *, check_schema:
     flask_app.extensions["parallax.settings"] = settings
     database = Database(settings.database_url)
     flask_app.extensions["parallax.db"] = database
+    if settings.read_database_url:  # a streaming replica of the same schema (app.web.session)
+        flask_app.extensions["parallax.read_db"] = Database(settings.read_database_url)
     if check_schema:
         ensure_current(database.engine)
     with database.session() as session:
@@ -73,6 +75,8 @@ def create_app(config: Settings | dict[str, Any] | None = None, *, check_schema:
     capacity.install(flask_app, settings)
     for blueprint in (runner_bp, admin_bp, api_bp, bisect_bp, webhooks_bp, series_bp, dashboard_bp, metrics_bp):
         flask_app.register_blueprint(blueprint)
+
+    flask_app.after_request(mark_written)
 
     @flask_app.teardown_appcontext
     def _close_session(exc: BaseException | None) -> None:

@@ -43,7 +43,12 @@ def run_json(run: Run) -> dict[str, Any]:
         "id": run.id, "job_id": run.job_id, "attempt": run.attempt, "platform": run.platform,
         "runner_id": run.runner_id, "simulated": run.simulated, "environment": run.environment,
         "context": run.context, "context_fingerprint": run.context_fingerprint,
-        "metrics": [{"name": m.metric, "unit": m.unit, "direction": m.direction, "samples": m.samples}
+        # `pruned`: retention dropped the raw samples; `samples` is then [median] and `summary`
+        # holds what stays of them (count, median, min, max).
+        "metrics": [{"name": m.metric, "unit": m.unit, "direction": m.direction, "samples": m.samples,
+                     "pruned": m.samples_pruned_at is not None,
+                     "summary": {"count": m.sample_count, "median": m.sample_median, "min": m.sample_min,
+                                 "max": m.sample_max}}
                     for m in run.measurements],
         "items": [{"name": i.name, "correct": i.correct} for i in run.items],
     }

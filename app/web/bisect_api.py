@@ -1,4 +1,8 @@
-"""`POST /api/v1/bisects` (start a bisect; admin or user token) and `GET /api/v1/bisects/<id>`."""
+"""`POST /api/v1/bisects` (start a bisect; admin or user token) and `GET /api/v1/bisects/<id>`.
+
+Starting one answers 202 at once with the bisect `pending`: the bisect duty fetches the git
+mirror and checks good and bad there (a fetch can take minutes under load), then the state
+moves to `running`, or to `failed` with `field` naming what was wrong."""
 from __future__ import annotations
 
 from flask import Blueprint, jsonify
@@ -7,7 +11,7 @@ from app.bisect import service
 from app.core.errors import NotFound
 from app.core.models import Bisect
 from app.web.auth import require_maintainer
-from app.web.bodies import json_body, settings
+from app.web.bodies import json_body
 from app.web.session import request_session
 
 bp = Blueprint("bisects", __name__)
@@ -18,11 +22,13 @@ def create_bisect():  # type: ignore[no-untyped-def]
     session = request_session()
     require_maintainer(session)
     body = json_body()
-    bisect = service.start(session, settings(), service.BisectRequest(
+    bisect = service.submit(session, service.BisectRequest(
         repository=body.get("repository"), suite=body.get("suite"), metric=body.get("metric"),
         platform=body.get("platform"), good=body.get("good"), bad=body.get("bad"), effect=body.get("effect")))
     session.commit()
-    return jsonify(service.bisect_json(session, bisect)), 201
+    response = jsonify(service.bisect_json(session, bisect))
+    response.headers["Location"] = f"/api/v1/bisects/{bisect.id}"
+    return response, 202
 
 
 @bp.get("/api/v1/bisects/<id:bisect_id>")

@@ -9,6 +9,7 @@ from flask import current_app, request
 
 from app.core.config import Settings
 from app.core.errors import APIError, Invalid, PayloadTooLarge
+from app.core.limits import require_valid_unicode
 from app.core.shas import is_sha
 
 
@@ -17,7 +18,8 @@ def settings() -> Settings:
 
 
 def json_body(*, required: bool = True, max_bytes: int = 1_000_000) -> dict[str, Any]:
-    """The request body as a JSON object: 413 over `max_bytes`, 400 when malformed."""
+    """The request body as a JSON object: 413 over `max_bytes`, 400 when malformed, 422 naming
+    the field when a string in it is not valid Unicode."""
     raw = read_body(max_bytes)
     if not raw.strip():
         if required:
@@ -29,6 +31,7 @@ def json_body(*, required: bool = True, max_bytes: int = 1_000_000) -> dict[str,
         raise APIError(f"malformed JSON: {exc}", error="malformed_json") from exc
     if not isinstance(data, dict):
         raise APIError("request body must be a JSON object", error="malformed_json")
+    require_valid_unicode(data)
     return data
 
 

@@ -8,6 +8,7 @@ from flask import Flask, jsonify, make_response, render_template_string, request
 from werkzeug.exceptions import HTTPException
 from werkzeug.http import HTTP_STATUS_CODES
 
+from app.core.db import RETRY_AFTER_S, is_database_unavailable
 from app.core.errors import APIError
 
 log = logging.getLogger(__name__)
@@ -46,7 +47,23 @@ def register(app: Flask) -> None:
 
     @app.errorhandler(Exception)
     def _unexpected(exc: Exception):  # type: ignore[no-untyped-def]
+        if is_database_unavailable(exc):
+            return _database_unavailable(exc)
         log.exception("unhandled error")
         if wants_html():
             return html_error(500, "Internal Server Error", "unexpected server error; see the service log")
         return jsonify({"error": "internal_error", "detail": "unexpected server error; see the service log"}), 500
+
+
+def _database_unavailable(exc: Exception):  # type: ignore[no-untyped-def]
+    """The database is restarting or unreachable: 503 with Retry-After, one log line, no
+    traceback; the engine's pool reconnects (pre-ping) once it is back, without a restart."""
+    log.warning("database unavailable: %s", str(getattr(exc, "orig", exc)).splitlines()[0] if str(exc) else type(exc).__name__)
+    detail = "the database is unavailable (restarting or unreachable); retry shortly"
+    if wants_html():
+        response = html_error(503, "Service Unavailable", detail)
+    else:
+        response = jsonify({"error": "database_unavailable", "detail": detail})
+        response.status_code = 503
+    response.headers["Retry-After"] = str(RETRY_AFTER_S)
+    return response

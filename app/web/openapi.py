@@ -21,7 +21,8 @@ SUMMARIES = {
     "/api/v1/jobs/{job_id}/complete": "Upload the results document (idempotent)",
     "/api/v1/jobs/{job_id}/fail": "Report failure {reason, retryable}",
     "/api/v1/jobs": "Queue the job matrix for a commit, or one cell (admin token)",
-    "/api/v1/bisects": "Start a bisect {repository, suite, metric, platform, good, bad, effect?} (user token)",
+    "/api/v1/bisects": "Start a bisect {repository, suite, metric, platform, good, bad, effect?} (user token): "
+                       "202, pending until the bisect duty has checked good and bad in git",
     "/api/v1/bisects/{bisect_id}": "A bisect: state, rounds, tested commits with samples and verdicts, culprit",
     "/api/v1/registration-tokens": "Create a runner registration token (admin token)",
     "/api/v1/registration-tokens/{token_id}/revoke": "Revoke a registration token (admin token)",
@@ -56,7 +57,7 @@ BODIES: dict[tuple[str, str], dict[str, Any]] = {
 TEXT_BODIES = {("/api/v1/jobs/{job_id}/logs", "post")}
 QUERIES: dict[str, list[tuple[str, bool]]] = {
     "/api/v1/series": [("repository", True), ("suite", True), ("metric", True), ("platform", True),
-                       ("branch", False), ("context_fingerprint", False)],
+                       ("branch", False), ("last", False), ("context_fingerprint", False)],
     "/api/v1/alerts": [("state", False), ("platform", False), ("repository", False)],
     "/api/v1/commits/{sha}": [("repository", False)],
 }
@@ -91,7 +92,7 @@ def _operation(rule: Rule, path: str, method: str) -> dict[str, Any]:
                 "schema": {"type": "array", "items": OBJECT} if path in ARRAY_RESPONSES else OBJECT}}},
             "4XX": {"description": "refused; the detail names the problem",
                     "content": {"application/json": {"schema": ERROR}}},
-            "503": {"description": "unavailable (e.g. webhooks without a secret)",
+            "503": {"description": "unavailable (webhooks without a secret; the database restarting: Retry-After)",
                     "content": {"application/json": {"schema": ERROR}}},
         },
     }

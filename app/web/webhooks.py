@@ -8,6 +8,7 @@ from sqlalchemy.exc import IntegrityError
 
 from app.core.clock import utcnow
 from app.core.config import Settings
+from app.core.limits import free_text
 from app.core.models import WebhookDelivery
 from app.github.ingest import BadRequest, ServiceUnavailable, classify, parse_payload, verify_signature
 from app.web.bodies import read_body
@@ -36,9 +37,10 @@ def receive():  # type: ignore[no-untyped-def]
         return _duplicate(existing)
     verdict = classify(session, event, payload)
     action = payload.get("action") if isinstance(payload.get("action"), str) else None
-    delivery = WebhookDelivery(delivery_id=delivery_id, event=event, action=(action or None) and action[:64],
+    # The reason may quote a payload field, and PostgreSQL text cannot hold NUL: free_text replaces it.
+    delivery = WebhookDelivery(delivery_id=delivery_id, event=event, action=(action or None) and free_text(action[:64]),
                                payload=payload_text, state=verdict.state,
-                               result=None if verdict.state == "pending" else verdict.reason,
+                               result=None if verdict.state == "pending" else free_text(verdict.reason),
                                processed_at=None if verdict.state == "pending" else utcnow())
     session.add(delivery)
     try:

@@ -4,6 +4,7 @@ speaking the real runner protocol with samples from a seeded noise model per com
 from __future__ import annotations
 
 import json
+import re
 import threading
 import time
 from pathlib import Path
@@ -16,6 +17,7 @@ from sqlalchemy import func, select
 from app.bisect import service
 from app.core.duties import start as start_duties
 from app.core.models import Alert, AlertChange, Bisect, Commit, Job, Repository
+from app.git.mirror import Mirror
 from app.git.workdir import git
 from runners.client import Client
 from tests.bisect.noise import NoisyHistory
@@ -92,7 +94,7 @@ class Lab:
     def finished(self, bisect_id: int, timeout_s: float = 240) -> dict[str, Any]:
         def done() -> dict[str, Any] | None:
             body = requests.get(f"{self.server.url}/api/v1/bisects/{bisect_id}", timeout=10).json()
-            return body if body["state"] != "running" else None
+            return body if body["state"] not in ("pending", "running") else None
         return self.wait(done, f"bisect {bisect_id}", timeout_s)
 
     @staticmethod
@@ -136,7 +138,7 @@ def test_64_commits_one_rocm_culprit_3_runners_found_in_3_rounds_and_confirmed_r
         lab.runners(platform, 1, by_sha(shas, NoisyHistory(64, steps={}, noise=0.01, seed=2)))
     lab.measure_first("rocm", shas[0], shas[64])
     response = lab.bisect(good=shas[0], bad=shas[64], effect=0.10)
-    assert response.status_code == 201, response.text
+    assert response.status_code == 202, response.text
     lab.run_duty()
     result = lab.finished(response.json()["id"])
     assert result["state"] == "done", result["reason"]
@@ -214,7 +216,7 @@ def test_a_merge_culprit_is_followed_into_the_merged_branch(lab: Lab) -> None:
     lab.runners("cpu", 1, model(200, True))
     lab.measure_first("rocm", good, after[-1])
     response = lab.bisect(good=good, bad=after[-1], effect=0.10)
-    assert response.status_code == 201, response.text
+    assert response.status_code == 202, response.text
     lab.run_duty()
     result = lab.finished(response.json()["id"])
     assert [s["kind"] for s in result["stages"]] == ["first_parent", "merged_branch"]
@@ -226,8 +228,6 @@ def test_a_merge_culprit_is_followed_into_the_merged_branch(lab: Lab) -> None:
 
 
 @pytest.mark.parametrize("change, field", [
-    ({"good": "f" * 40}, "good"),                 # unknown commit
-    ({"swap": True}, "good"),                     # good not an ancestor of bad
     ({"same": True}, "bad"),                      # good = bad
     ({"suite": "no-such-suite"}, "suite"),
     ({"platform": "tpu"}, "platform"),
@@ -239,8 +239,6 @@ def test_bad_input_is_a_422_naming_the_field_with_nothing_queued(lab: Lab, chang
     change = dict(change)  # the parameter is shared by both backends' runs
     shas = lab.upstream.linear(5)
     body: dict[str, Any] = {"good": shas[0], "bad": shas[4]}
-    if change.pop("swap", False):
-        body = {"good": shas[4], "bad": shas[0]}
     if change.pop("same", False):
         body["bad"] = body["good"]
     body.update(change)
@@ -250,6 +248,27 @@ def test_bad_input_is_a_422_naming_the_field_with_nothing_queued(lab: Lab, chang
     lab.run_duty()
     time.sleep(1.5)
     assert count(lab, Job) == 0 and count(lab, Bisect) == 0
+
+
+@pytest.mark.parametrize("change, field, words", [
+    ({"good": "f" * 40}, "good", "is not in demo/engine"),          # unknown commit
+    ({"swap": True}, "good", "is not an ancestor of bad"),          # good not an ancestor of bad
+])
+def test_what_only_git_can_refuse_ends_the_bisect_failed_naming_the_field(lab: Lab, change: dict[str, Any],
+                                                                          field: str, words: str) -> None:
+    change = dict(change)
+    shas = lab.upstream.linear(5)
+    body: dict[str, Any] = {"good": shas[0], "bad": shas[4]}
+    if change.pop("swap", False):
+        body = {"good": shas[4], "bad": shas[0]}
+    body.update(change)
+    response = lab.bisect(**body)
+    assert response.status_code == 202, response.text
+    assert response.json()["state"] == "pending" and response.json()["good"] == body["good"]
+    lab.run_duty()
+    result = lab.finished(response.json()["id"])
+    assert result["state"] == "failed" and result["field"] == field and words in result["reason"], result
+    assert count(lab, Job) == 0
 
 
 def test_the_bisect_paths_are_in_the_openapi_document(client: Any) -> None:
@@ -304,3 +323,46 @@ def test_the_command_shows_rounds_as_they_finish_and_the_culprit(lab: Lab, tmp_p
     assert lines[0].startswith("bisect 1: 8 first-parent commits")
     assert any(line.startswith("round 1 (stage 0): measured ") for line in lines)
     assert f"culprit {shas[5]}" in result.output and "scope: all platforms" in result.output
+
+
+def test_every_route_answers_while_a_mirror_fetch_is_held(lab: Lab, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Starting a bisect fetches the git mirror, which can take minutes: the request answers 202
+    at once, and every route keeps answering while the duty's fetch is held."""
+    shas = lab.upstream.linear(5)
+    fetching, release = threading.Event(), threading.Event()
+    real_fetch = Mirror.fetch
+
+    def held_fetch(self: Mirror, extra: Any = ()) -> None:
+        fetching.set()
+        assert release.wait(600), "the test never released the fetch"
+        real_fetch(self, extra)
+
+    monkeypatch.setattr(Mirror, "fetch", held_fetch)
+    lab.run_duty()
+    try:
+        response = lab.bisect(good=shas[0], bad=shas[4])
+        assert response.status_code == 202 and response.json()["state"] == "pending", response.text
+        bisect_id = response.json()["id"]
+        assert fetching.wait(120), "the bisect duty never started its fetch"
+        answered = []
+        values = {"bisect_id": str(bisect_id), "sha": shas[4], "alert_id": "1", "job_id": "1", "id": "1"}
+        for rule in lab.app.url_map.iter_rules():
+            if "GET" not in rule.methods or rule.endpoint == "static":
+                continue
+            path = rule.rule
+            for name in rule.arguments:
+                path = re.sub(rf"<(?:[^:>]*:)?{name}>", values.get(name, "1"), path)
+            got = requests.get(f"{lab.server.url}{path}", headers=HEADERS, timeout=60)
+            assert got.status_code < 500, (path, got.status_code, got.text[:300])
+            answered.append(path)
+        again = lab.bisect(good=shas[1], bad=shas[4])
+        assert again.status_code == 202, again.text
+        assert requests.get(f"{lab.server.url}/api/v1/bisects/{bisect_id}", timeout=60).json()["state"] == "pending"
+        assert not release.is_set() and f"/bisects/{bisect_id}" in answered and "/" in answered
+    finally:
+        release.set()
+    started = lab.wait(lambda: requests.get(f"{lab.server.url}/api/v1/bisects/{bisect_id}", timeout=10).json()["state"]
+                       != "pending", "the held bisect to be checked against git")
+    assert started
+    body = requests.get(f"{lab.server.url}/api/v1/bisects/{bisect_id}", timeout=10).json()
+    assert body["state"] == "running" and body["stages"][0]["size"] == 4, body

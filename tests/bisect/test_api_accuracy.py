@@ -125,7 +125,8 @@ class Trial:
             thread = threading.Thread(target=self.work, args=(client, history), daemon=True)
             thread.start()
             self.threads.append(thread)
-        self.result = self.wait(lambda: (body := self.get(bisect_id)).get("state", "running") != "running" and body, timeout_s)
+        self.result = self.wait(lambda: (body := self.get(bisect_id)).get("state", "running")
+                                not in ("pending", "running") and body, timeout_s)
         self.stop.set()
         return self
 
@@ -158,7 +159,7 @@ class Trial:
 
     def post(self, path: str, body: dict[str, Any]) -> dict[str, Any]:
         response = requests.post(f"{self.url}{path}", json=body, headers=HEADERS, timeout=60)
-        assert response.status_code == 201, response.text
+        assert response.status_code in (201, 202), response.text  # a bisect is 202: queued, checked by the duty
         return dict(response.json())
 
     def get(self, bisect_id: int) -> dict[str, Any]:

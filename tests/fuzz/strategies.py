@@ -7,17 +7,22 @@ from typing import Any
 
 from hypothesis import strategies as st
 
-# Any JSON value, including the awkward ones: NUL and other control characters, huge integers,
-# long strings, deep nesting.
+# Strings that are not valid Unicode: lone surrogates, which json.dumps writes as `\ud800`
+# escapes and json.loads turns back into unencodable Python strings.
+lone_surrogates = st.builds(lambda head, bad, tail: head + bad + tail, st.text(max_size=5),
+                            st.text(alphabet=st.characters(categories=["Cs"]), min_size=1, max_size=2),
+                            st.text(max_size=5))
+# Any JSON value, including the awkward ones: NUL and other control characters, lone surrogates,
+# huge integers, long strings, deep nesting.
 json_scalars = st.one_of(
     st.none(), st.booleans(), st.integers(min_value=-(10**400), max_value=10**400),
-    st.floats(allow_nan=False, allow_infinity=False), st.text(max_size=300),
+    st.floats(allow_nan=False, allow_infinity=False), st.text(max_size=300), lone_surrogates,
     st.sampled_from(["\x00", "a\x00b", "$x^2$", "m" * 200, "", " ", "false", "1.9"]),
 )
 json_values = st.recursive(json_scalars, lambda inner: st.lists(inner, max_size=4)
-                           | st.dictionaries(st.text(max_size=20), inner, max_size=4), max_leaves=12)
+                           | st.dictionaries(st.text(max_size=20) | lone_surrogates, inner, max_size=4), max_leaves=12)
 
-names = st.text(min_size=1, max_size=140)
+names = st.text(min_size=1, max_size=140) | lone_surrogates
 metrics = st.fixed_dictionaries({
     "name": names, "unit": st.text(max_size=40),
     "direction": st.sampled_from(["higher_is_better", "lower_is_better", "sideways"]),
@@ -33,7 +38,7 @@ def results_documents(draw: st.DrawFn, suite: str = "decode-throughput") -> dict
         "metrics": draw(st.lists(metrics, min_size=1, max_size=6, unique_by=lambda m: m["name"])),
         "items": draw(st.none() | st.fixed_dictionaries({
             "name": names, "correct": st.lists(st.sampled_from([0, 1, 2, 1.0]), min_size=1, max_size=8)})),
-        "context": draw(st.dictionaries(st.text(max_size=10), json_values, max_size=4)),
+        "context": draw(st.dictionaries(st.text(max_size=10) | lone_surrogates, json_values, max_size=4)),
         "environment": draw(st.fixed_dictionaries({"platform": st.just("cpu"), "device": json_scalars,
                                                    "simulated": st.booleans()})),
     }
