@@ -12,10 +12,13 @@ import click
 COMMANDS = {
     "backfill": "app.cli.github:backfill",
     "bisect": "app.cli.bisect:bisect",
+    "bisects": "app.cli.listing:bisects",
     "db": "app.cli.database:db",
+    "deliveries": "app.cli.deliveries:deliveries",
     "demo": "app.cli.demo:demo",
     "detect": "app.cli.detect:detect",
     "enqueue": "app.cli.jobs:enqueue",
+    "jobs": "app.cli.listing:jobs",
     "repo": "app.cli.repos:repo",
     "runner": "app.cli.runner:runner",
     "serve": "app.cli.serve:serve",

@@ -79,6 +79,7 @@ class BisectState(str, enum.Enum):
     running = "running"
     done = "done"
     failed = "failed"
+    cancelled = "cancelled"
 
 
 def _enum(cls: type[enum.Enum]) -> Enum:

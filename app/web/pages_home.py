@@ -18,6 +18,7 @@ from sqlalchemy.orm import Session
 from app.core.clock import as_utc, utcnow
 from app.core.models import Alert, AlertChange, Commit, Job, JobState, Repository, Runner, Suite
 from app.detection.detector import DEFAULT_CONFIG
+from app.github.deliveries import counts as delivery_counts
 from app.jobs.queue import queue_depth
 from app.web.dash_common import OPEN_STATES, median, relative, verdict_of
 from app.web.dash_queries import group_by_series, headline_metrics, positions, previous_samples, readings, recent_commits
@@ -163,4 +164,4 @@ def _content() -> str:
         repositories.append({"repo": repository, "commits": commits, "ordered": ordered, "columns": columns,
                              "cells": cells})
     return render_template("home_body.html", repositories=repositories, alerts=open_alerts(session),
-                           fleet=fleet(session))
+                           fleet=fleet(session), deliveries=delivery_counts(session))
