@@ -147,15 +147,14 @@ def test_sigterm_lets_a_job_finish_within_the_grace_period(harness: Harness):
     assert len(harness.runs(job_id)) == 1
 
 
-def test_cancel_from_the_service_stops_the_command_promptly(harness: Harness):
-    from app.core.models import Job
-    from app.jobs import queue
+def test_a_job_cancelled_through_the_api_stops_at_the_runners_next_heartbeat(harness: Harness):
+    from tests.support.settings import ADMIN_TOKEN
     job_id = harness.enqueue(harness.shas[0])
     proc = harness.start_runner("r1", "--once", mode="block")
     started = harness.marker("started")
-    with harness.db.session() as session:
-        queue.request_cancel(session, session.get(Job, job_id))
-    job = harness.wait_job(job_id, ("failed",), timeout_s=20, proc=proc)
+    response = harness.client.post(f"/api/v1/jobs/{job_id}/cancel", headers={"Authorization": f"Bearer {ADMIN_TOKEN}"})
+    assert response.status_code == 200 and response.get_json()["cancel_requested"] is True
+    job = harness.wait_job(job_id, ("cancelled",), timeout_s=60, proc=proc)
     assert job["failure_reason"] == "cancelled by the service"
     assert not pid_alive(started["pid"])
     assert harness.wait_exit(proc) == 0
