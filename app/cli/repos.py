@@ -1,4 +1,4 @@
-"""`parallax repo add`: tracked repositories."""
+"""`parallax repo add|list`: tracked repositories."""
 from __future__ import annotations
 
 import click
@@ -30,3 +30,16 @@ def repo_add(ctx: CliContext, url: str, name: str | None, default_branch: str) -
         else:
             session.add(Repository(name=name, url=url, default_branch=default_branch))
             click.echo(f"added repository {name} ({url}, default branch {default_branch})")
+
+
+@repo.command("list")
+@pass_context
+def repo_list(ctx: CliContext) -> None:
+    """Tracked repositories: name, URL, default branch, own webhook secret or the global one."""
+    with ctx.database().session() as session:
+        rows = list(session.scalars(select(Repository).order_by(Repository.name)))
+        for row in rows:
+            secret = "own webhook secret" if row.webhook_secret else "global webhook secret"
+            click.echo(f"{row.name}	{row.url}	{row.default_branch}	{secret}")
+    if not rows:
+        click.echo("no repositories; `parallax repo add URL` or [[repositories]] in parallax.toml", err=True)
