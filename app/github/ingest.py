@@ -79,6 +79,21 @@ def verify_signature(secret: str, body: bytes, header: str | None) -> None:
         raise Unauthorized("X-Hub-Signature-256 does not match the body (wrong secret or altered body)")
 
 
+def webhook_secret(session: Session, settings: Settings, body: bytes, content_type: str) -> str | None:
+    """The secret to check the signature with: the repository's own when the body names a tracked
+    repository that has one, else PARALLAX_GITHUB_WEBHOOK_SECRET. The body is only looked at
+    here to find the repository; nothing is stored or acted on before the signature matches."""
+    try:
+        payload, _ = parse_payload(body, content_type)
+    except BadRequest:
+        payload = {}  # checked against the global secret; refused as malformed after that
+    if isinstance(payload.get("repository"), dict):
+        repository = find_repository(session, payload)
+        if repository is not None and repository.webhook_secret:
+            return repository.webhook_secret
+    return settings.github_webhook_secret
+
+
 def parse_payload(body: bytes, content_type: str) -> tuple[dict[str, Any], str]:
     """The payload and its JSON text, from JSON or GitHub's form encoding (`payload=<json>`)."""
     try:

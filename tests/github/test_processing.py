@@ -47,11 +47,21 @@ def test_push_with_commits_queues_each_platform_and_suite_at_the_pushed_shas(cli
     pushed = upstream.commits(3)
     push(client, app, db, base, pushed[-1], pushed)
     jobs = jobs_by_sha(db)
-    assert set(jobs) == set(pushed)
+    assert set(jobs) == {base, *pushed}
     expected = {("decode-throughput", p, "push") for p in ("cuda", "rocm", "cpu")} | \
                {("gsm8k", p, "push") for p in ("cuda", "rocm")}
     for sha in pushed:
         assert set(jobs[sha]) == expected
+
+
+def test_the_first_push_also_measures_its_before_commit_as_the_baseline(client, app, db, tracked, upstream):
+    base = upstream.commit()
+    head = upstream.commit()
+    push(client, app, db, base, head, [head])
+    assert len(jobs_by_sha(db)[base]) == MATRIX
+    newer = upstream.commit()
+    push(client, app, db, head, newer, [newer])  # later pushes measure only what they add
+    assert set(jobs_by_sha(db)) == {base, head, newer} and len(jobs_by_sha(db)[head]) == MATRIX
 
 
 def test_delivery_is_marked_done_with_a_summary(client, app, db, tracked, upstream):
@@ -61,8 +71,8 @@ def test_delivery_is_marked_done_with_a_summary(client, app, db, tracked, upstre
     with db.session() as session:
         delivery = session.scalar(select(WebhookDelivery))
         assert delivery.state == "done"
-        assert delivery.result == (f"push master {base[:12]}..{head[:12]}: 1 commit(s) added, 0 dropped from history; "
-                                   f"{MATRIX} job(s) queued, 0 already queued or done")
+        assert delivery.result == (f"push master {base[:12]}..{head[:12]}: 2 commit(s) added, 0 dropped from history; "
+                                   f"{2 * MATRIX} job(s) queued, 0 already queued or done")  # base is the baseline
 
 
 def test_first_push_of_a_new_branch_measures_its_head_only(client, app, db, tracked, upstream):
@@ -78,7 +88,7 @@ def test_same_commit_arriving_twice_is_deduplicated(client, app, db, tracked, up
     push(client, app, db, base, head, [head])
     push(client, app, db, base, head, [head])  # a second delivery id with the same push
     with db.session() as session:
-        assert session.scalar(select(func.count()).select_from(Job)) == MATRIX
+        assert session.scalar(select(func.count()).select_from(Job)) == 2 * MATRIX  # head and its baseline
 
 
 def test_push_of_fifty_then_force_push_dropping_three(client, app, db, tracked, upstream):
@@ -249,7 +259,7 @@ def test_a_missing_commit_does_not_hold_back_a_later_good_push(client, app, db, 
     post_webhook(client, "push", push_payload(base, head, [head]))
     report = process_pending(db, app.extensions["parallax.settings"])
     assert len(report.failed) == 1 and len(report.processed) == 1
-    assert set(jobs_by_sha(db)) == {head}
+    assert set(jobs_by_sha(db)) == {base, head}
     newer = upstream.commit()
     post_webhook(client, "push", push_payload(head, newer, [newer]))
     report = process_pending(db, app.extensions["parallax.settings"])  # the bad one still waits for its retry
@@ -257,7 +267,7 @@ def test_a_missing_commit_does_not_hold_back_a_later_good_push(client, app, db, 
     with db.session() as session:
         bad = session.scalar(select(WebhookDelivery).order_by(WebhookDelivery.id).limit(1))
         assert bad.state == "pending" and bad.failure_kind == ingest.MISSING_COMMIT
-    assert set(jobs_by_sha(db)) == {head, newer}
+    assert set(jobs_by_sha(db)) == {base, head, newer}
 
 
 def test_a_failing_fetch_holds_back_later_deliveries_of_its_repository(client, app, db, tracked, upstream, tmp_path):
