@@ -10,7 +10,8 @@ routine tier), with one job per commit the decision names.
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass
+import re
+from dataclasses import dataclass, replace
 from datetime import timedelta
 from typing import Any, Sequence
 
@@ -269,6 +270,7 @@ def advance(session: Session, bisect: Bisect) -> str:
     decision = decide(points, bisect.effect, free_runners(session, bisect.platform))
     if decision.outcome == "waiting":
         return "waiting"
+    decision = replace(decision, reason=_commits_named(decision.reason, shas))
     stage["decision"] = _decision_json(shas, decision)
     bisect.stages = stages
     bisect.updated_at = utcnow()
@@ -300,6 +302,15 @@ def advance(session: Session, bisect: Bisect) -> str:
     if decision.outcome == "no_change":
         return _finish(bisect, BisectState.done, decision.reason)
     return _finish(bisect, BisectState.failed, decision.reason)
+
+
+def _commits_named(reason: str, shas: Sequence[str]) -> str:
+    """The search speaks in positions of the range (0 = good); people read commits."""
+    def name(match: re.Match[str]) -> str:
+        index = int(match.group(2))
+        return match.group(1) + (shas[index][:12] if 0 <= index < len(shas) else match.group(2))
+    reason = re.sub(r"(culprit at |between |and |, |\()(\d+)\b(?!\.\d|%| commits| changes)", name, reason)
+    return re.sub(r"(->)(\d+)\b", name, reason).replace("culprit at ", "culprit ")
 
 
 def _commit_id(session: Session, bisect: Bisect, sha: str) -> int:
