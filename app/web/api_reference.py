@@ -22,7 +22,8 @@ bp = Blueprint("api_reference", __name__, template_folder="templates", static_fo
 @bp.get("/api-reference")
 def reference_page() -> Response:
     response = Response(render_template("api_reference.html",
-                                        swagger_version=(SWAGGER_DIST / "VERSION").read_text().strip()))
+                                        swagger_version=(SWAGGER_DIST / "VERSION").read_text().strip()),
+                        mimetype="text/html")
     response.headers["Content-Security-Policy"] = CSP
     return response
 
