@@ -128,3 +128,51 @@ def test_text_logs_carry_the_structured_fields():
     line = TextFormatter().format(record)
     assert line.endswith('webhook processing failed delivery=abc-123 error="CommitMissing: commit e is not in /srv/x"')
     assert json.loads(line.split("error=")[1]) == record.px_error
+
+
+@pytest.mark.parametrize("argv, patched", [
+    (["parallax", "serve"], True), (["parallax", "serve", "--worker-class", "gevent"], True),
+    (["parallax", "serve", "--worker-class=gthread"], False), (["parallax", "serve", "--dev"], False),
+    (["parallax", "serve", "--help"], False), (["parallax", "db", "upgrade"], False), (["pytest"], False)])
+def test_only_a_gevent_serve_patches_the_standard_library_first(argv, patched):
+    from app.cli.serve import _gevent_serve
+    assert _gevent_serve(argv) is patched
+
+
+def test_serve_workers_print_no_monkey_patch_warning_and_leave_no_socket_in_home(tmp_path):
+    import os
+    import signal
+    import time
+
+    import requests
+
+    from app.core.migrate import upgrade
+    from tests.support.runner_harness import free_port
+    url = f"sqlite:///{tmp_path / 'serve.db'}"
+    upgrade(url)
+    home = tmp_path / "home"
+    home.mkdir()
+    port = free_port()
+    env = {k: v for k, v in os.environ.items() if k != "XDG_RUNTIME_DIR"}
+    env.update(PARALLAX_DATABASE_URL=url, HOME=str(home))
+    with open(tmp_path / "serve.log", "wb") as log:
+        proc = subprocess.Popen([str(ROOT / ".venv/bin/parallax"), "serve", "--port", str(port), "--workers", "2"],
+                                env=env, stdout=log, stderr=subprocess.STDOUT, cwd=tmp_path)
+    try:
+        deadline = time.monotonic() + 180
+        while time.monotonic() < deadline:
+            try:
+                if requests.get(f"http://127.0.0.1:{port}/healthz", timeout=2).status_code == 200:
+                    break
+            except requests.RequestException:
+                pass
+            assert proc.poll() is None, (tmp_path / "serve.log").read_text()
+            time.sleep(0.5)
+        else:
+            raise AssertionError("the service did not answer /healthz: " + (tmp_path / "serve.log").read_text())
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(60)
+    output = (tmp_path / "serve.log").read_text()
+    assert "Booting worker" in output and "MonkeyPatchWarning" not in output
+    assert list(home.iterdir()) == []
