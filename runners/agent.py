@@ -209,6 +209,7 @@ class Agent:
         self.client: Client | None = None
         self.identity: Identity | None = None
         self._lock_fd: int | None = None
+        self.running_job: int | None = None  # the job being run, if any (what a signal waits for)
 
     # ------------------------------------------------------------ lifecycle
 
@@ -217,10 +218,17 @@ class Agent:
 
     def on_signal(self, signum: int, frame: Any) -> None:
         name = signal.Signals(signum).name
-        if self.stop_at is None:
+        if self.stop_at is None and self.running_job is None:
+            # Nothing to finish: stop claiming, and stop retrying (registration, a claim) at once.
+            self.stop_signal = name
+            self.stop_at = time.monotonic()
+            log.info("%s received: no job running; exiting", name)
+            self.abort.set()
+        elif self.stop_at is None:
             self.stop_signal = name
             self.stop_at = time.monotonic() + self.config.grace_s
-            log.info("%s received: finishing the running job within %.0f s, then exiting", name, self.config.grace_s)
+            log.info("%s received: finishing job %d within %.0f s, then exiting", name, self.running_job,
+                     self.config.grace_s)
             # Bounds everything else too: an upload retrying through an outage gives up then.
             last_call = threading.Timer(self.config.grace_s + self.config.kill_grace_s + 15.0, self.abort.set)
             last_call.daemon = True
@@ -319,6 +327,10 @@ class Agent:
                 continue
             if job is None:
                 continue
+            if self.stopping():  # claimed while a signal arrived: leave it to its lease
+                log.info("job %d was claimed as the runner stops; it returns to the queue when its lease expires",
+                         job["id"])
+                break
             self.run_job(job)
             if self.config.once:
                 break
@@ -353,6 +365,14 @@ class Agent:
     def run_job(self, job: dict[str, Any]) -> None:
         assert self.client is not None and self.identity is not None
         state = JobState(job_id=int(job["id"]), attempt=int(job["attempt"]))
+        self.running_job = state.job_id
+        try:
+            self._run_job(job, state)
+        finally:
+            self.running_job = None
+
+    def _run_job(self, job: dict[str, Any], state: JobState) -> None:
+        assert self.client is not None and self.identity is not None
         client = self.client
         log.info("job %d attempt %d: %s %s@%s on %s", state.job_id, state.attempt, job.get("suite"),
                  job.get("repository"), job.get("commit"), job.get("platform"))

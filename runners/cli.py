@@ -7,10 +7,20 @@ import os
 import signal
 import sys
 from pathlib import Path
+from urllib.parse import urlsplit
 
 import click
 
 from runners.agent import Agent, Config, RunnerError, default_sim_device
+
+
+def _server_url(value: str) -> str:
+    """The service URL with its scheme: `127.0.0.1:8765` is refused at once, not retried forever."""
+    parts = urlsplit(value.strip())
+    if parts.scheme not in ("http", "https") or not parts.netloc:
+        raise click.BadParameter(f"{value!r} is not a URL with a scheme; write http://{value.strip()} "
+                                 f"(or https://...)", param_hint="--server")
+    return value.strip().rstrip("/")
 
 
 def _parse_labels(values: tuple[str, ...]) -> dict[str, str]:
@@ -61,7 +71,7 @@ def runner(server: str, registration_token: str | None, name: str | None, labels
         sim_device = None  # a real device selection (e.g. cuda:1) is not the simulator setting
     declared = _parse_labels(labels)
     sim_device = default_sim_device(declared, sim_device)  # platform=cuda-sim / rocm-sim pick their profile
-    config = Config(server=server.rstrip("/"), work_dir=Path(work_dir), registration_token=registration_token,
+    config = Config(server=_server_url(server), work_dir=Path(work_dir), registration_token=registration_token,
                     labels=declared, once=once, sim_device=sim_device, grace_s=grace_s,
                     claim_wait_s=claim_wait_s, heartbeat_s=heartbeat_s, upload_budget_s=upload_budget_s,
                     kill_grace_s=kill_grace_s)

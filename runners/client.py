@@ -19,6 +19,15 @@ import requests
 log = logging.getLogger(__name__)
 
 
+def _tail(text: str, limit: int = 160) -> str:
+    """The end of an error (where urllib3 puts the cause), cut at a word, never inside one."""
+    text = " ".join(text.split())
+    if len(text) <= limit:
+        return text
+    cut = text[-limit:]
+    return "…" + cut[cut.find(" ") + 1:] if " " in cut else "…" + cut
+
+
 class ServiceError(Exception):
     """The service answered with a 4xx (or retries ran out). `status` is None for a transport
     failure that outlived its retry budget."""
@@ -115,13 +124,15 @@ class Client:
                 problem = f"HTTP {response.status_code}: {_detail(response)[0]}"
             except requests.RequestException as exc:
                 reason = exc.__context__ if isinstance(exc, requests.ConnectionError) and exc.__context__ else exc
-                problem = f"{type(exc).__name__}: {str(reason)[-160:]}"
+                problem = f"{type(exc).__name__}: {_tail(str(reason))}"
             pause = self.retry.delay(attempt)
             attempt += 1
             if time.monotonic() + pause > deadline:
                 raise ServiceError(f"{method} {path}: gave up after {attempt} tries over {budget:.0f} s; "
                                    f"last error: {problem}")
-            log.warning("%s %s failed (%s); retry %d in %.1f s", method, path, problem, attempt, pause)
+            # The first failure and then every fifth are warnings; the ones between are details.
+            level = logging.WARNING if attempt == 1 or attempt % 5 == 0 else logging.DEBUG
+            log.log(level, "%s %s failed (%s); retry %d in %.1f s", method, path, problem, attempt, pause)
             if self.abort.wait(pause):
                 raise Aborted(f"{method} {path}: aborted while retrying ({problem})")
 

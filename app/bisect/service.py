@@ -10,7 +10,8 @@ routine tier), with one job per commit the decision names.
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass
+import re
+from dataclasses import dataclass, replace
 from datetime import timedelta
 from typing import Any, Sequence
 
@@ -23,7 +24,7 @@ from app.core.clock import as_utc, utcnow
 from app.core.config import Settings, current_settings
 from app.core.db import Database, get_or_create
 from app.core.duties import Duty
-from app.core.errors import Invalid
+from app.core.errors import Conflict, Invalid, NotFound
 from app.core.models import (
     Alert,
     AlertChange,
@@ -45,7 +46,7 @@ from app.core.shas import is_sha
 from app.git.commit_graph import commits_by_sha, record_commits
 from app.git.mirror import GitError, Mirror
 from app.jobs.matrix import TIER_DEFAULT_BRANCH, TIER_SPAN
-from app.jobs.queue import enqueue
+from app.jobs.queue import enqueue, request_cancel
 
 log = logging.getLogger(__name__)
 
@@ -128,6 +129,10 @@ def check(session: Session, request: BisectRequest) -> Checked:
     if platform not in (suite.platforms or []):
         raise Invalid(f"platform: suite {suite.name!r} does not run on {platform!r} "
                       f"(its platforms: {', '.join(suite.platforms or [])})", extra={"field": "platform"})
+    stored = stored_metrics(session, repository, suite)
+    if stored and metric not in stored:
+        raise Invalid(f"metric: suite {suite.name!r} has no metric {metric!r} stored for {repository.name} "
+                      f"(stored: {', '.join(stored)})", extra={"field": "metric"})
     good, bad = _sha(request.good, "good"), _sha(request.bad, "bad")
     if good == bad:
         raise Invalid("bad: good and bad are the same commit; there is nothing between them to search",
@@ -221,6 +226,30 @@ def resolve_pending(db: Database, settings: Settings) -> dict[int, str]:
     return outcome
 
 
+def stored_metrics(session: Session, repository: Repository, suite: Suite) -> list[str]:
+    """The metric names stored for a suite's runs in a repository; empty when nothing is stored
+    yet (then a bisect's first round is the first measurement and the name cannot be checked)."""
+    return list(session.scalars(
+        select(Measurement.metric).distinct().join(Run, Run.id == Measurement.run_id)
+        .join(Commit, Commit.id == Run.commit_id)
+        .where(Run.suite_id == suite.id, Commit.repository_id == repository.id).order_by(Measurement.metric)))
+
+
+def cancel(session: Session, bisect_id: int, actor: str) -> Bisect:
+    """Stop a pending or running bisect: its queued jobs are cancelled, its running ones are told at their
+    next heartbeat (`queue.request_cancel`), and the duty never steps it again."""
+    bisect = session.get(Bisect, bisect_id)
+    if bisect is None:
+        raise NotFound(f"bisect {bisect_id} does not exist")
+    if bisect.state not in (BisectState.pending, BisectState.running):
+        raise Conflict(f"bisect {bisect_id} is already {bisect.state.value}; only a pending or running bisect can be cancelled")
+    for job in session.scalars(select(Job).where(Job.bisect_id == bisect.id,
+                                                 Job.state.in_([JobState.queued, JobState.running]))):
+        request_cancel(session, job)
+    _finish(bisect, BisectState.cancelled, f"cancelled by {actor}")
+    return bisect
+
+
 # ---------------------------------------------------------------- reading the range
 
 def _points(session: Session, bisect: Bisect, suite: Suite, shas: Sequence[str], platform: str) -> list[Point]:
@@ -252,12 +281,16 @@ def _points(session: Session, bisect: Bisect, suite: Suite, shas: Sequence[str],
     return points
 
 
-def free_runners(session: Session, platform: str) -> int:
-    """Runners of the platform seen lately (the search's parallelism R)."""
+def seen_runners(session: Session, platform: str) -> int:
+    """Enabled runners of the platform seen within `RUNNER_SEEN`."""
     since = utcnow() - RUNNER_SEEN
-    count = session.scalar(select(func.count()).select_from(Runner).where(
-        Runner.platform == platform, Runner.disabled.is_(False), Runner.last_seen_at >= since))
-    return max(1, int(count or 0))
+    return int(session.scalar(select(func.count()).select_from(Runner).where(
+        Runner.platform == platform, Runner.disabled.is_(False), Runner.last_seen_at >= since)) or 0)
+
+
+def free_runners(session: Session, platform: str) -> int:
+    """Runners of the platform seen lately (the search's parallelism R), at least one."""
+    return max(1, seen_runners(session, platform))
 
 
 def _queue(session: Session, bisect: Bisect, suite: Suite, shas: Sequence[str], platform: str) -> list[int]:
@@ -312,6 +345,7 @@ def advance(session: Session, bisect: Bisect) -> str:
     decision = decide(points, bisect.effect, free_runners(session, bisect.platform))
     if decision.outcome == "waiting":
         return "waiting"
+    decision = replace(decision, reason=_commits_named(decision.reason, shas))
     stage["decision"] = _decision_json(shas, decision)
     bisect.stages = stages
     bisect.updated_at = utcnow()
@@ -343,6 +377,15 @@ def advance(session: Session, bisect: Bisect) -> str:
     if decision.outcome == "no_change":
         return _finish(bisect, BisectState.done, decision.reason)
     return _finish(bisect, BisectState.failed, decision.reason)
+
+
+def _commits_named(reason: str, shas: Sequence[str]) -> str:
+    """The search speaks in positions of the range (0 = good); people read commits."""
+    def name(match: re.Match[str]) -> str:
+        index = int(match.group(2))
+        return match.group(1) + (shas[index][:12] if 0 <= index < len(shas) else match.group(2))
+    reason = re.sub(r"(culprit at |between |and |, |\()(\d+)\b(?!\.\d|%| commits| changes)", name, reason)
+    return re.sub(r"(->)(\d+)\b", name, reason).replace("culprit at ", "culprit ")
 
 
 def _commit_id(session: Session, bisect: Bisect, sha: str) -> int:

@@ -12,10 +12,14 @@ import click
 COMMANDS = {
     "backfill": "app.cli.github:backfill",
     "bisect": "app.cli.bisect:bisect",
+    "bisects": "app.cli.listing:bisects",
+    "catalogue": "app.cli.catalogue:catalogue",
     "db": "app.cli.database:db",
+    "deliveries": "app.cli.deliveries:deliveries",
     "demo": "app.cli.demo:demo",
     "detect": "app.cli.detect:detect",
     "enqueue": "app.cli.jobs:enqueue",
+    "jobs": "app.cli.listing:jobs",
     "prune": "app.cli.prune:prune_command",
     "repo": "app.cli.repos:repo",
     "runner": "app.cli.runner:runner",
@@ -23,6 +27,27 @@ COMMANDS = {
     "suites": "app.cli.suites:suites",
     "token": "app.cli.tokens:token",
     "user": "app.cli.users:user",
+}
+# What `parallax --help` lists, without importing every command's dependencies (Flask,
+# SQLAlchemy, gevent: seconds); a test checks each line against the command's own help.
+SUMMARIES = {
+    "backfill": "Store the history of a repository's branch since a commit and queue it.",
+    "bisect": "Find the commit between GOOD and BAD that changed METRIC on PLATFORM.",
+    "bisects": "Bisects: list them, cancel one.",
+    "catalogue": "parallax.toml's repositories, platforms and suites in the database.",
+    "db": "Database schema commands.",
+    "deliveries": "Webhook deliveries from GitHub: what each did, or why it failed.",
+    "demo": "Replay SGLang's two ROCm-only overlap-scheduler regressions on a copy of the service.",
+    "detect": "Detect change points and update alerts.",
+    "enqueue": "Queue the suite x platform matrix (or one cell) for a commit.",
+    "jobs": "Jobs in the queue and their outcomes.",
+    "prune": "Apply the retention rules: raw samples of old runs are replaced by their summary.",
+    "repo": "Tracked repositories.",
+    "runner": "Run jobs for the service at --server on this machine; `runner disable ID`.",
+    "serve": "Run the HTTP service (gunicorn) and its background duties.",
+    "suites": "Suites declared in parallax.toml.",
+    "token": "Runner registration tokens.",
+    "user": "People who triage alerts and queue work through the API.",
 }
 
 
@@ -45,6 +70,10 @@ class LazyGroup(click.Group):
         assert isinstance(command, click.Command), target
         return command
 
+    def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        with formatter.section("Commands"):
+            formatter.write_dl([(name, SUMMARIES[name]) for name in self.list_commands(ctx)])
+
 
 def _unavailable(name: str, exc: ImportError) -> click.Command:
     """Stands in for a command whose dependencies this install lacks (e.g. a runner-only box)."""
@@ -59,5 +88,6 @@ def _unavailable(name: str, exc: ImportError) -> click.Command:
 
 
 @click.group(cls=LazyGroup, context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(package_name="parallax-ci", prog_name="parallax")
 def main() -> None:
     """Parallax: per-commit, cross-platform regression tracking for LLM serving engines."""

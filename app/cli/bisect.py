@@ -35,8 +35,14 @@ def bisect(ctx: CliContext, repository: str, suite: str, metric: str, platform: 
                 repository, suite, metric, platform, good, bad, effect=effect))
         session.commit()
         bisect_id, size = row.id, len(row.stages[0]["commits"]) - 1
-    click.echo(f"bisect {bisect_id}: {size} first-parent commits after {good[:12]} on {platform}")
+    click.echo(f"bisect {bisect_id}: {size} first-parent commits after {good[:12]} on {platform}; "
+               f"`parallax bisects cancel {bisect_id}` stops it")
+    with db.session() as session:
+        if service.seen_runners(session, platform) == 0:
+            click.echo(f"warning: no {platform} runner was seen in the last {service.RUNNER_SEEN.total_seconds() / 60:g} min; "
+                       f"rounds wait until one runs (`parallax runner --server URL ...`)", err=True)
     shown: set[int] = set()
+    announced: set[int] = set()
     with use_settings(ctx.settings):
         while True:
             run_due(db, service.DUTIES)
@@ -45,6 +51,10 @@ def bisect(ctx: CliContext, repository: str, suite: str, metric: str, platform: 
                 assert row is not None
                 body = service.bisect_json(session, row)
             for step in body["rounds"]:
+                if step["round"] not in announced:
+                    announced.add(step["round"])
+                    click.echo(f"round {step['round']} (stage {step['stage']}): queued {len(step['jobs'])} job(s) "
+                               f"on {', '.join(sha[:12] for sha in step['commits'])}; waiting for a {platform} runner")
                 if step["finished"] and step["round"] not in shown:
                     shown.add(step["round"])
                     where = ", ".join(sha[:12] for sha in step["commits"])

@@ -4,6 +4,7 @@ from __future__ import annotations
 import click
 
 from app.cli.context import CliContext, pass_context
+from app.core.db import UNREACHABLE, database_problem
 from app.core.migrate import current_revision, upgrade
 
 
@@ -17,6 +18,9 @@ def db() -> None:
 @pass_context
 def db_upgrade(ctx: CliContext, revision: str) -> None:
     """Bring the database (PARALLAX_DATABASE_URL) to the newest schema."""
-    upgrade(ctx.settings.database_url, revision)
+    try:
+        upgrade(ctx.settings.database_url, revision)
+    except UNREACHABLE as exc:
+        raise click.ClickException(database_problem(ctx.settings.database_url, exc)) from exc
     database = ctx.database(check=revision == "head")
     click.echo(f"database at revision {current_revision(database.engine)}")

@@ -10,7 +10,9 @@ import click
 
 from runners.cli import runner as agent
 
-SUBCOMMANDS = {"disable": "app.cli.runner_admin:disable"}
+SUBCOMMANDS = {"disable": "app.cli.runner_admin:disable", "list": "app.cli.runner_admin:list_runners"}
+OPERATOR_HELP = ("Operator subcommands (on the service host): `parallax runner list` shows the registered "
+                 "runners; `parallax runner disable ID` refuses one's token from now on.")
 
 
 class RunnerCommand(click.Group):
@@ -32,8 +34,10 @@ class RunnerCommand(click.Group):
                      **extra: Any) -> click.Context:
         if args and args[0] in SUBCOMMANDS:
             return super().make_context(info_name, args, parent=parent, **extra)
-        # Anything else is the agent's command line; the caller then invokes the agent.
+        # Anything else is the agent's command line (its --help included, which names the
+        # operator subcommands in its epilog); the caller then invokes the agent.
+        agent.epilog = OPERATOR_HELP
         return agent.make_context(info_name, args, parent=parent, **extra)
 
 
-runner = RunnerCommand("runner", help=f"{agent.help}\n\nOperator subcommand: `parallax runner disable ID`.")
+runner = RunnerCommand("runner", help=f"{agent.help}\n\n{OPERATOR_HELP}")

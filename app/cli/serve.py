@@ -1,9 +1,33 @@
-"""`parallax serve`: the HTTP service and its background duties."""
+"""`parallax serve`: the HTTP service and its background duties.
+
+With gevent workers (the default) the standard library is patched here, before anything imports
+`ssl` (requests, urllib3): gunicorn's gevent worker would otherwise patch it only after the fork,
+warn in every worker, and leave urllib3's direct `ssl` imports blocking (TLS calls to GitHub
+would stall every greenlet of the worker)."""
 from __future__ import annotations
 
-import click
+import sys
 
-from app.web.serve import run
+import click
+from gevent import monkey
+
+
+def _gevent_serve(argv: list[str]) -> bool:
+    """`parallax serve` with gevent workers, judged from the command line before click parses it."""
+    if len(argv) < 2 or argv[1] != "serve" or "--dev" in argv or "--help" in argv or "-h" in argv:
+        return False
+    for i, arg in enumerate(argv):
+        if arg == "--worker-class" and i + 1 < len(argv):
+            return argv[i + 1] == "gevent"
+        if arg.startswith("--worker-class="):
+            return arg.split("=", 1)[1] == "gevent"
+    return True
+
+
+if _gevent_serve(sys.argv):
+    monkey.patch_all()
+
+from app.web.serve import run  # noqa: E402  (after the patch above, on purpose)
 
 
 @click.command()

@@ -54,3 +54,4 @@ def check(path: Path) -> None:
         for line in describe(spec):
             click.echo(line)
     click.echo(f"{path}: OK, {len(catalogue['suites'])} suite(s)")
+

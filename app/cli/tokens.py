@@ -8,6 +8,7 @@ from sqlalchemy import select
 
 from app.auth.tokens import create_registration_token, hash_token, revoke_registration_token
 from app.cli.context import CliContext, api_errors_as_click, pass_context
+from app.core.clock import as_utc, utcnow
 from app.core.models import RegistrationToken
 
 
@@ -43,3 +44,19 @@ def token_revoke(ctx: CliContext, id_or_token: str) -> None:
         with api_errors_as_click():
             row = revoke_registration_token(session, id_or_token)
         click.echo(f"registration token {row.id} revoked")
+
+
+@token.command("list")
+@pass_context
+def token_list(ctx: CliContext) -> None:
+    """Registration tokens: id, state (active, revoked, expired), expiry, note. Never the token."""
+    with ctx.database().session() as session:
+        rows = list(session.scalars(select(RegistrationToken).order_by(RegistrationToken.id)))
+        now = utcnow()
+        for row in rows:
+            expired = row.expires_at is not None and as_utc(row.expires_at) <= now
+            state = "revoked" if row.revoked else "expired" if expired else "active"
+            expires = f"expires {as_utc(row.expires_at):%Y-%m-%d %H:%M}" if row.expires_at else "never expires"
+            click.echo(f"{row.id}\t{state}\t{expires}\t{row.note or ''}".rstrip())
+    if not rows:
+        click.echo("no registration tokens; `parallax token create` makes one", err=True)

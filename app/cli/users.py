@@ -5,9 +5,12 @@ from __future__ import annotations
 from datetime import timedelta
 
 import click
+from sqlalchemy import select
 
 from app.auth.tokens import create_user, disable_user
 from app.cli.context import CliContext, api_errors_as_click, pass_context
+from app.core.clock import as_utc
+from app.core.models import User
 
 
 @click.group()
@@ -43,3 +46,16 @@ def user_disable(ctx: CliContext, name: str) -> None:
         with api_errors_as_click():
             disable_user(session, name)
     click.echo(f"user {name} disabled")
+
+
+@user.command("list")
+@pass_context
+def user_list(ctx: CliContext) -> None:
+    """Users: name, role, disabled or not, token expiry. Never the token."""
+    with ctx.database().session() as session:
+        rows = list(session.scalars(select(User).order_by(User.name)))
+        for row in rows:
+            expires = f"token expires {as_utc(row.expires_at):%Y-%m-%d %H:%M}" if row.expires_at else "token never expires"
+            click.echo(f"{row.name}\t{row.role}\t{'disabled' if row.disabled else 'active'}\t{expires}")
+    if not rows:
+        click.echo("no users; `parallax user add NAME` adds one", err=True)

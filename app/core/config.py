@@ -6,6 +6,7 @@ The environment holds secrets and deployment settings; `parallax.toml` declares 
 from __future__ import annotations
 
 import contextvars
+import json
 import logging
 import os
 import tomllib
@@ -201,6 +202,15 @@ def _adapter_keys(table: Mapping[str, Any], where: str, known_platforms: tuple[s
             "setup_timeout_s": setup_timeout_s, "env": dict(env)}
 
 
+def _string_list(value: Any, where: str) -> tuple[str, ...]:
+    """A TOML list of strings; a bare string (`platforms = "cpu"`) is named as the mistake it is."""
+    if isinstance(value, str):
+        raise ConfigError(f"{where} must be a list of strings: write [{json.dumps(value)}], not {json.dumps(value)}")
+    if not isinstance(value, (list, tuple)) or not all(isinstance(v, str) for v in value):
+        raise ConfigError(f"{where} must be a list of strings, got {value!r}")
+    return tuple(value)
+
+
 def parse_catalogue(data: Mapping[str, Any], source: str = "parallax.toml") -> dict[str, Any]:
     """Validate the `[[repositories]]`, `[[suites]]` and `platforms` tables of parallax.toml."""
     repositories = []
@@ -211,14 +221,14 @@ def parse_catalogue(data: Mapping[str, Any], source: str = "parallax.toml") -> d
             url=_require(table, "url", where, str),
             default_branch=table.get("default_branch", "main"),
         ))
-    platforms = tuple(data.get("platforms", KNOWN_PLATFORMS))
+    platforms = _string_list(data.get("platforms", KNOWN_PLATFORMS), f"{source}: platforms")
     suites = []
     for i, table in enumerate(data.get("suites", [])):
         where = f"{source}: suites[{i}]"
         command = _require(table, "command", where, list)
         if not command or not all(isinstance(part, str) for part in command):
             raise ConfigError(f"{where}.command must be a non-empty list of strings (an argv)")
-        suite_platforms = tuple(table.get("platforms", platforms))
+        suite_platforms = _string_list(table.get("platforms", platforms), f"{where}.platforms")
         policy = table.get("commit_policy", "every")
         if policy not in ("every", "head"):
             raise ConfigError(f"{where}.commit_policy must be 'every' or 'head', got {policy!r}")

@@ -15,11 +15,25 @@ from typing import Any, Iterator, TypeVar
 
 from sqlalchemy import Engine, create_engine, event, select, text
 from sqlalchemy.engine import make_url
-from sqlalchemy.exc import DBAPIError, DisconnectionError, IntegrityError, OperationalError
+from sqlalchemy.exc import ArgumentError, DBAPIError, DisconnectionError, IntegrityError, OperationalError
 from sqlalchemy.exc import TimeoutError as PoolTimeout
 from sqlalchemy.orm import Session, sessionmaker
 
 M = TypeVar("M")
+UNREACHABLE = (OperationalError, ArgumentError)  # what `database_problem` explains
+
+
+def database_problem(url: str, exc: Exception) -> str:
+    """One line for an unreachable, missing or misspelt database, with the fix; the password
+    never appears."""
+    try:
+        shown = make_url(url).render_as_string(hide_password=True)
+    except ArgumentError:
+        return (f"PARALLAX_DATABASE_URL is not a database URL ({url[:80]!r}); use e.g. "
+                "postgresql+psycopg://user@host:5432/parallax or sqlite:///var/parallax.db")
+    cause = str(getattr(exc, "orig", None) or exc).strip().splitlines()[0][:300]
+    return (f"cannot use the database at {shown}: {cause}. Check PARALLAX_DATABASE_URL, that the server "
+            f"runs and the database exists (createdb), then run `parallax db upgrade`")
 
 
 def make_engine(url: str) -> Engine:

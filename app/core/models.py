@@ -80,6 +80,7 @@ class BisectState(str, enum.Enum):
     running = "running"
     done = "done"
     failed = "failed"
+    cancelled = "cancelled"
 
 
 def _enum(cls: type[enum.Enum]) -> Enum:
@@ -94,6 +95,7 @@ class Repository(Base):
     url: Mapped[str] = mapped_column(String(1000))
     default_branch: Mapped[str] = mapped_column(String(255), default="main")
     created_at: Mapped[datetime] = mapped_column(default=utcnow)
+    webhook_secret: Mapped[str | None] = mapped_column(String(255))  # None: PARALLAX_GITHUB_WEBHOOK_SECRET
 
 
 class Commit(Base):
@@ -349,12 +351,13 @@ class WebhookDelivery(Base):
     event: Mapped[str] = mapped_column(String(64))
     action: Mapped[str | None] = mapped_column(String(64))
     payload: Mapped[str] = mapped_column(Text)
-    state: Mapped[str] = mapped_column(String(16), default="pending", index=True)  # pending/done/ignored/error
+    state: Mapped[str] = mapped_column(String(16), default="pending", index=True)  # pending/done/ignored/error/skipped
     result: Mapped[str | None] = mapped_column(Text)
     attempts: Mapped[int] = mapped_column(Integer, default=0)
     received_at: Mapped[datetime] = mapped_column(default=utcnow)
     processed_at: Mapped[datetime | None]
     claimed_until: Mapped[datetime | None]
+    failure_kind: Mapped[str | None] = mapped_column(String(32))  # the last failure: missing_commit / error
 
 
 class Alert(Base):

@@ -152,8 +152,9 @@ def update_branch_from_push(session: Session, repository: Repository, mirror: Mi
 
     The first-parent chain of `after` is walked back to the first commit already active in the
     branch's history (the fork point); commits after it become the new history. A branch
-    Parallax has never seen starts at `before` when that is known to git, else at `after` alone
-    (older history is added with `parallax backfill`)."""
+    Parallax has never seen starts at `before` when that is known to git (and `before` is
+    measured too, as the baseline), else at `after` alone (older history is added with
+    `parallax backfill`)."""
     branch = get_branch(session, repository, branch_name)
     has_history = session.scalar(select(BranchCommit.commit_id).where(
         BranchCommit.branch_id == branch.id, BranchCommit.active.is_(True)).limit(1)) is not None
@@ -186,7 +187,11 @@ def update_branch_from_push(session: Session, repository: Repository, mirror: Mi
     missing = [sha for sha in chain if sha not in listed]
     record_commits(session, repository, infos + mirror.commit_info(missing))
     result = set_history(session, repository, branch, chain, mirror.first_parent_depth(after))
-    result.pushed = [(commit, position) for commit, position in result.added if commit.sha not in exclude]
+    # The first push Parallax sees of a branch also measures the commit it grew from: the new
+    # commits' first point then has a baseline to be compared with.
+    baseline = chain[-1] if not has_history and len(chain) > 1 else None
+    result.pushed = [(commit, position) for commit, position in result.added
+                     if commit.sha not in exclude or commit.sha == baseline]
     return result
 
 

@@ -7,7 +7,10 @@ that Parallax does not act on (tags, branch deletions, untracked branches or rep
 other events and actions) are answered 202 with the reason. Deliveries to act on are stored as
 `pending`; `process_pending` (the "webhooks" duty, also called by tests) claims them through the
 database, fetches the repository's git mirror, stores the commit graph and queues the matrix.
-Deliveries of one repository are processed in the order they arrived.
+Deliveries of one repository are processed in the order they arrived, with one exception: a
+delivery naming a commit that git does not have even after a fresh fetch (`CommitMissing`) gets
+`MISSING_RETRY_DELAYS_S` quick retries and then fails for good, and never holds back the
+deliveries after it (waiting would not bring the commit; the next push's fetch has the history).
 """
 from __future__ import annotations
 
@@ -40,8 +43,13 @@ log = logging.getLogger(__name__)
 
 PULL_REQUEST_ACTIONS = ("opened", "synchronize", "reopened")
 CLAIM_S = 600.0  # a delivery's processing (a first fetch of a large repository) may take minutes
-MAX_ATTEMPTS = 5
 RETRY_DELAYS_S = (10, 60, 300, 1800)
+MISSING_RETRY_DELAYS_S = (10, 60)  # then `error`; `parallax deliveries retry` tries again
+MISSING_COMMIT = "missing_commit"
+
+
+class CommitMissing(LookupError):
+    """The delivery names a commit the repository's git does not have after a fresh fetch."""
 
 
 class BadRequest(APIError):
@@ -70,6 +78,21 @@ def verify_signature(secret: str, body: bytes, header: str | None) -> None:
     expected = "sha256=" + hmac.new(secret.encode(), body, hashlib.sha256).hexdigest()
     if not hmac.compare_digest(expected.encode(), header.strip().encode()):
         raise Unauthorized("X-Hub-Signature-256 does not match the body (wrong secret or altered body)")
+
+
+def webhook_secret(session: Session, settings: Settings, body: bytes, content_type: str) -> str | None:
+    """The secret to check the signature with: the repository's own when the body names a tracked
+    repository that has one, else PARALLAX_GITHUB_WEBHOOK_SECRET. The body is only looked at
+    here to find the repository; nothing is stored or acted on before the signature matches."""
+    try:
+        payload, _ = parse_payload(body, content_type)
+    except BadRequest:
+        payload = {}  # checked against the global secret; refused as malformed after that
+    if isinstance(payload.get("repository"), dict):
+        repository = find_repository(session, payload)
+        if repository is not None and repository.webhook_secret:
+            return repository.webhook_secret
+    return settings.github_webhook_secret
 
 
 def parse_payload(body: bytes, content_type: str) -> tuple[dict[str, Any], str]:
@@ -188,23 +211,25 @@ def process_pending(db: Database, settings: Settings, *, limit: int = 50, budget
     started = time.monotonic()
     now = utcnow()
     with db.session() as session:
-        rows = list(session.execute(select(WebhookDelivery.id, WebhookDelivery.payload, WebhookDelivery.claimed_until)
+        rows = list(session.execute(select(WebhookDelivery.id, WebhookDelivery.payload, WebhookDelivery.claimed_until,
+                                           WebhookDelivery.failure_kind)
                                     .where(WebhookDelivery.state == "pending")
                                     .order_by(WebhookDelivery.id).limit(limit)))
     blocked: set[str] = set()
-    for row_id, payload_text, claimed_until in rows:
+    for row_id, payload_text, claimed_until, failure_kind in rows:
         key = _repo_key(payload_text)
         if key in blocked:
             continue
         if time.monotonic() - started > budget_s:
             break
         if claimed_until is not None and as_utc(claimed_until) >= now or not _claim(db, row_id):
-            blocked.add(key)
+            if failure_kind != MISSING_COMMIT:
+                blocked.add(key)
             continue
-        delivery_id, ok, result = _process_one(db, settings, row_id)
+        delivery_id, ok, result, kind = _process_one(db, settings, row_id)
         report.results[delivery_id] = result
         (report.processed if ok else report.failed).append(delivery_id)
-        if not ok:
+        if not ok and kind != MISSING_COMMIT:
             blocked.add(key)
     return report
 
@@ -220,7 +245,7 @@ def _claim(db: Database, row_id: int) -> bool:
         return result.rowcount == 1
 
 
-def _process_one(db: Database, settings: Settings, row_id: int) -> tuple[str, bool, str]:
+def _process_one(db: Database, settings: Settings, row_id: int) -> tuple[str, bool, str, str | None]:
     with db.session() as session:
         delivery = session.get(WebhookDelivery, row_id)
         assert delivery is not None
@@ -240,22 +265,27 @@ def _process_one(db: Database, settings: Settings, row_id: int) -> tuple[str, bo
             assert delivery is not None
             state, result = handle(session, settings, event, payload)
             delivery.state, delivery.result = state, result
-            delivery.processed_at, delivery.claimed_until = utcnow(), None
+            delivery.processed_at, delivery.claimed_until, delivery.failure_kind = utcnow(), None, None
         log.info("webhook processed", extra={"px_delivery": delivery_id, "px_result": result})
-        return delivery_id, True, result
+        return delivery_id, True, result, None
     except Exception as exc:  # recorded on the delivery and retried; the worker keeps going
+        kind = MISSING_COMMIT if isinstance(exc, CommitMissing) else "error"
+        delays = MISSING_RETRY_DELAYS_S if kind == MISSING_COMMIT else RETRY_DELAYS_S
+        final = attempts > len(delays)
         message = f"{type(exc).__name__}: {exc}"[:4000]
-        log.warning("webhook processing failed", extra={"px_delivery": delivery_id, "px_error": message})
+        if final:
+            message += f" (gave up after {attempts} attempts; `parallax deliveries retry {delivery_id}` tries again)"
+        log.warning("webhook processing failed", extra={"px_delivery": delivery_id, "px_attempt": attempts,
+                                                        "px_final": final, "px_error": message})
         with db.session() as session:
             delivery = session.get(WebhookDelivery, row_id)
             assert delivery is not None
-            delivery.result = message
-            if attempts >= MAX_ATTEMPTS:
+            delivery.result, delivery.failure_kind = message, kind
+            if final:
                 delivery.state, delivery.processed_at, delivery.claimed_until = "error", utcnow(), None
             else:
-                delay = RETRY_DELAYS_S[min(attempts, len(RETRY_DELAYS_S)) - 1]
-                delivery.claimed_until = utcnow() + timedelta(seconds=delay)
-        return delivery_id, False, message
+                delivery.claimed_until = utcnow() + timedelta(seconds=delays[attempts - 1])
+        return delivery_id, False, message, kind
 
 
 def fetch_for(mirror: Mirror, event: str, payload: dict[str, Any]) -> None:
@@ -297,7 +327,7 @@ def _handle_push(session: Session, repository: Repository, mirror: Mirror, paylo
     branch_name = payload["ref"][len("refs/heads/"):]
     before, after = payload["before"], payload["after"]
     if not mirror.has_commit(after):
-        raise LookupError(f"commit {after} is not in {repository.url} (yet)")
+        raise CommitMissing(f"commit {after} is not in {repository.url}, even after a fresh fetch")
     change = commit_graph.update_branch_from_push(session, repository, mirror, branch_name,
                                                    None if before == ZERO_SHA else before, after)
     assert change.head is not None
@@ -317,7 +347,7 @@ def _handle_pull_request(session: Session, repository: Repository, mirror: Mirro
     if base_sha is not None and not SHA_RE.match(base_sha):
         base_sha = None
     if not mirror.has_commit(head):
-        raise LookupError(f"pull request #{number} head {head} is not in {repository.url} (yet)")
+        raise CommitMissing(f"pull request #{number} head {head} is not in {repository.url}, even after a fresh fetch")
     pull, head_commit, merge_base = commit_graph.record_pull_request(
         session, repository, mirror, number=number, title=pr.get("title") if isinstance(pr.get("title"), str) else None,
         base_branch=base_branch, head=head, base=base_sha)

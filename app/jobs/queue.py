@@ -136,12 +136,17 @@ def reap_expired(session: Session) -> int:
     for job_id, attempt, runner_id, platform in expired:
         retry = update(Job).where(Job.id == job_id, Job.state == JobState.running, Job.attempt == attempt,
                                   Job.lease_expires_at < moment)
+        # A job whose cancel was requested ends cancelled instead of going back to the queue.
         result = session.execute(
-            retry.where(Job.attempt < Job.max_attempts)
-            .values(state=JobState.queued, attempt=Job.attempt + 1, runner_id=None, lease_expires_at=None))
-        if result.rowcount:
-            announce(session, platform)
-        else:
+            retry.where(Job.cancel_requested.is_(True))
+            .values(state=JobState.cancelled, runner_id=None, lease_expires_at=None, finished_at=moment))
+        if not result.rowcount:
+            result = session.execute(
+                retry.where(Job.attempt < Job.max_attempts)
+                .values(state=JobState.queued, attempt=Job.attempt + 1, runner_id=None, lease_expires_at=None))
+            if result.rowcount:
+                announce(session, platform)
+        if not result.rowcount:
             result = session.execute(
                 retry.values(state=JobState.failed, runner_id=None, lease_expires_at=None, finished_at=moment,
                              failure_reason=f"lease expired on attempt {attempt}, the last allowed"))
@@ -393,6 +398,8 @@ def fail(session: Session, runner: Runner, job_id: int, reason: str, retryable: 
     if handback:
         job.max_attempts += 1
         outcome = "handed_back"
+    elif job.cancel_requested:
+        outcome = "cancelled"
     else:
         outcome = "retry" if retryable and job.attempt < job.max_attempts else "failed"
     session.execute(update(JobAttempt).where(JobAttempt.job_id == job.id, JobAttempt.attempt == job.attempt)
@@ -405,6 +412,9 @@ def fail(session: Session, runner: Runner, job_id: int, reason: str, retryable: 
         job.state = JobState.queued
         job.attempt += 1
         announce(session, job.platform)
+    elif outcome == "cancelled":
+        job.state = JobState.cancelled
+        job.finished_at = moment
     else:
         job.state = JobState.failed
         job.finished_at = moment
@@ -414,7 +424,8 @@ def fail(session: Session, runner: Runner, job_id: int, reason: str, retryable: 
 
 
 def request_cancel(session: Session, job: Job) -> None:
-    """Queued jobs are cancelled at once; running ones learn it from their next heartbeat."""
+    """Queued jobs are cancelled at once; running ones learn it from their next heartbeat, and
+    end `cancelled` when their runner reports the stop (or their lease expires)."""
     if job.state == JobState.queued:
         job.state = JobState.cancelled
         job.finished_at = utcnow()

@@ -117,8 +117,11 @@ def render(series: list[PlotSeries], *, x_range: tuple[int, int], full_range: tu
     values = [v for s in series for p in s.points for v in (p.value, *p.samples) if math.isfinite(v)]
     low, high = (min(values), max(values)) if values else (0.0, 1.0)
     pad = (high - low) * 0.06 or abs(high) * 0.05 or 1.0
-    y_ticks = covering_ticks(low - pad, high + pad)
-    y_low, y_high = (y_ticks[0], y_ticks[-1]) if len(y_ticks) >= 2 else (low - pad, high + pad)
+    # A quantity that is never negative (throughput, latency, accuracy) gets no axis below zero;
+    # a normalised chart (a % change, `unit_suffix`) may go negative.
+    bottom = max(0.0, low - pad) if low >= 0 and not unit_suffix else low - pad
+    y_ticks = [t for t in covering_ticks(bottom, high + pad) if t >= 0 or bottom < 0]
+    y_low, y_high = (y_ticks[0], y_ticks[-1]) if len(y_ticks) >= 2 else (bottom, high + pad)
 
     def sx(position: float) -> float:
         return LEFT + (position - x0 + 0.5) / (span + 1) * plot_w

@@ -2,7 +2,7 @@
 
 `/` (open alerts, fleet health, commit x platform matrix with deltas), `/series` (interactive
 chart), `/commits/<sha>`, `/compare?repository=&a=&b=`, `/jobs/<id>`, `/alerts` (filters and
-triage), `/bisects`, `/bisects/<id>`, `/runners`, `/signin`, `/signout`. The pages live in
+triage), `/bisects`, `/bisects/<id>`, `/runners`, `/deliveries`, `/signin`, `/signout`. The pages live in
 `pages_*` modules; this one registers them and applies what holds for every page: reading is
 public unless `dashboard_public` is off, every POST carries the session's CSRF token, and every
 response carries a Content-Security-Policy of default-src 'self' (no inline script or style
@@ -15,7 +15,7 @@ from typing import Any
 from flask import Blueprint, redirect, request, url_for
 from werkzeug.wrappers import Response
 
-from app.web import pages_alerts, pages_bisect, pages_commit, pages_home, pages_runners, pages_series
+from app.web import pages_alerts, pages_bisect, pages_commit, pages_home, pages_operator, pages_runners, pages_series
 from app.web.dash_common import FILTERS, PALETTE
 from app.web.dash_signin import check_csrf, csrf_token, current_user, reading_allowed, signin_page, signout
 
@@ -39,6 +39,10 @@ bp.add_url_rule("/alerts/<id:alert_id>/triage", "triage", pages_alerts.triage, m
 bp.add_url_rule("/bisects", "bisects_page", pages_bisect.bisects_page)
 bp.add_url_rule("/bisects/<id:bisect_id>", "bisect_page", pages_bisect.bisect_page)
 bp.add_url_rule("/runners", "runners_page", pages_runners.runners_page)
+bp.add_url_rule("/deliveries", "deliveries_page", pages_operator.deliveries_page)
+bp.add_url_rule("/deliveries/<key>/<action>", "delivery_action", pages_operator.delivery_action, methods=["POST"])
+bp.add_url_rule("/bisects/<id:bisect_id>/cancel", "cancel_bisect", pages_operator.cancel_bisect, methods=["POST"])
+bp.add_url_rule("/jobs/<id:job_id>/cancel", "cancel_job", pages_operator.cancel_job, methods=["POST"])
 bp.add_url_rule("/signin", "signin", signin_page, methods=["GET", "POST"])
 bp.add_url_rule("/signout", "signout", signout, methods=["POST"])
 

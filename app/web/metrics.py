@@ -84,5 +84,5 @@ def scrape() -> Response:
         for collector in (LATENCY, REJECTED, WAITING):
             registry.register(collector)
     registry.register(DatabaseCollector(get_db()))
-    return Response(generate_latest(registry), mimetype=CONTENT_TYPE_LATEST)
+    return Response(generate_latest(registry), content_type=CONTENT_TYPE_LATEST)  # it names its charset already
 

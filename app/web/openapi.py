@@ -13,7 +13,7 @@ from werkzeug.routing import Rule
 
 from app.core.limits import INT32_MAX
 
-SUMMARIES = {
+SUMMARIES: dict[str | tuple[str, str], str] = {
     "/api/v1/runners": "Register a runner (registration token) -> {id, token}",
     "/api/v1/jobs/claim": "Claim a job with a lease; 204 when none after wait_s",
     "/api/v1/jobs/{job_id}/heartbeat": "Extend the lease -> {lease_expires_at, cancel}",
@@ -30,6 +30,22 @@ SUMMARIES = {
     "/api/v1/users/{name}/disable": "Disable a user (admin token)",
     "/webhooks/github": "GitHub webhook receiver (push, pull_request, ping)",
     "/healthz": "Liveness and database check",
+    "/api/v1/alerts": "List alerts with their changes, classification and bisects (filters: state, platform, repository)",
+    "/api/v1/alerts/{alert_id}": "Triage an alert: set its state and note (user token)",
+    "/api/v1/commits/{sha}": "A commit: its jobs and runs with every sample",
+    ("/api/v1/jobs/{job_id}", "get"): "A job: state, attempts, failure reason and log",
+    "/api/v1/openapi.json": "This OpenAPI document",
+    "/api/v1/series": "One series: per-commit samples of a metric on a platform along a branch",
+    "/api/v1/suites": "The configured suites: command, platforms, timeout, repeats",
+    ("/api/v1/runners", "get"): "List runners, newest first (paginated: limit, before; filter: platform)",
+    ("/api/v1/jobs", "get"): "List jobs, newest first (paginated: limit, before; filters: state, platform)",
+    "/api/v1/repositories": "List tracked repositories (paginated: limit, before)",
+    ("/api/v1/bisects", "get"): "List bisects, newest first (paginated: limit, before; filter: state)",
+    "/api/v1/deliveries": "List webhook deliveries with their errors (user token; paginated; filter: state)",
+    "/api/v1/deliveries/{key}/retry": "Process a failed or waiting webhook delivery again (user token)",
+    "/api/v1/deliveries/{key}/skip": "Give up on a webhook delivery (user token)",
+    "/api/v1/jobs/{job_id}/cancel": "Cancel a job: at once when queued, at its next heartbeat when running (user token)",
+    "/api/v1/bisects/{bisect_id}/cancel": "Cancel a running bisect and its outstanding jobs (user token)",
 }
 SHA = {"type": "string", "pattern": "^[0-9a-f]{40}$"}
 ATTEMPT = {"type": "integer", "minimum": 1}
@@ -60,6 +76,11 @@ QUERIES: dict[str, list[tuple[str, bool]]] = {
                        ("branch", False), ("last", False), ("context_fingerprint", False)],
     "/api/v1/alerts": [("state", False), ("platform", False), ("repository", False)],
     "/api/v1/commits/{sha}": [("repository", False)],
+    "/api/v1/repositories": [("limit", False), ("before", False)],
+    "/api/v1/runners": [("limit", False), ("before", False), ("platform", False)],
+    "/api/v1/jobs": [("limit", False), ("before", False), ("state", False), ("platform", False)],
+    "/api/v1/bisects": [("limit", False), ("before", False), ("state", False)],
+    "/api/v1/deliveries": [("limit", False), ("before", False), ("state", False)],
 }
 # 2xx bodies that are not a JSON object.
 ARRAY_RESPONSES = {"/api/v1/suites"}
@@ -82,11 +103,11 @@ def _path_parameters(rule: Rule) -> list[dict[str, Any]]:
 
 def _operation(rule: Rule, path: str, method: str) -> dict[str, Any]:
     operation: dict[str, Any] = {
-        "summary": SUMMARIES.get(path, rule.endpoint),
+        "summary": SUMMARIES.get((path, method)) or SUMMARIES.get(path, rule.endpoint),
         "operationId": f"{rule.endpoint}_{method}",
         "parameters": _path_parameters(rule) + [
             {"name": name, "in": "query", "required": required, "schema": {"type": "string"}}
-            for name, required in QUERIES.get(path, [])],
+            for name, required in (QUERIES.get(path, []) if method == "get" else [])],
         "responses": {
             "2XX": {"description": "success", "content": {"application/json": {
                 "schema": {"type": "array", "items": OBJECT} if path in ARRAY_RESPONSES else OBJECT}}},

@@ -18,6 +18,7 @@ from sqlalchemy.orm import Session
 from app.core.clock import as_utc, utcnow
 from app.core.models import Alert, AlertChange, Commit, Job, JobState, Repository, Runner, Suite
 from app.detection.detector import DEFAULT_CONFIG
+from app.github.deliveries import counts as delivery_counts
 from app.jobs.queue import queue_depth
 from app.web.dash_common import OPEN_STATES, median, relative, verdict_of
 from app.web.dash_queries import group_by_series, headline_metrics, positions, previous_samples, readings, recent_commits
@@ -35,6 +36,7 @@ class Cell:
     state: str                      # newest job's state ("none" when no job)
     job_id: int | None = None
     metric: str | None = None
+    unit: str | None = None
     value: float | None = None
     change: float | None = None
     verdict: str = "pending"        # regression / improvement / unchanged / *-unconfirmed / pending / failed
@@ -121,7 +123,7 @@ def matrix(session: Session, commits: list[Commit], branch: int | None
             if cell.metric is not None:
                 before = reading.samples
                 continue                                          # a second fingerprint: keep the first
-            cell.metric, cell.value = metric, value
+            cell.metric, cell.value, cell.unit = metric, value, reading.unit
             cell.change = relative(value, median(before))
             flagged = verdicts.get((reading.commit_id, suite, platform, metric))
             if flagged is None:
@@ -160,7 +162,10 @@ def _content() -> str:
         commits, branch = recent_commits(session, repository, RECENT_COMMITS)
         columns, cells = matrix(session, commits, branch)
         ordered = f"{repository.default_branch} (first-parent history)" if branch is not None else "most recently queued"
+        headers = {(suite, platform): (cell.metric, cell.unit) for (_, suite, platform), cell in cells.items()
+                   if cell.metric is not None}
         repositories.append({"repo": repository, "commits": commits, "ordered": ordered, "columns": columns,
-                             "cells": cells})
+                             "cells": cells, "headers": headers})
     return render_template("home_body.html", repositories=repositories, alerts=open_alerts(session),
-                           fleet=fleet(session))
+                           fleet=fleet(session), deliveries=delivery_counts(session),
+                           min_change=f"{DEFAULT_CONFIG.min_relative:.0%}", min_points=DEFAULT_CONFIG.min_points)

@@ -45,6 +45,8 @@ class SeriesView:
     x_range: tuple[int, int]
     ordered_by: str
     note: str | None
+    too_short: list[str]          # "platform: n" for series with fewer points than detection needs
+    points_needed: int
 
 
 def best_fingerprints(session: Session, repository_id: int, suite: str) -> dict[str, str]:
@@ -169,10 +171,13 @@ def build(session: Session) -> SeriesView:
     label = f"{metric}: % vs baseline" if mode == "normalised" else f"{metric} ({unit})" if unit else metric
     chart = render(plots, x_range=(x_from, x_to), full_range=full, y_label=label, bands=bands, rules=rules,
                    unit_suffix="%" if mode == "normalised" else "")
+    needed = config_for(metric).min_points
+    too_short = [f"{s.key.platform} has {len(s.points)}" for s in loaded if len(s.points) < needed]
     return SeriesView(repository=repository, suite=suite, metric=metric, branch=branch, mode=mode, baseline=baseline,
                       platforms=[s.key.platform for s in loaded], available=list(fingerprints), metrics=metrics,
                       branches=branches or [repository.default_branch], chart=chart, rows=rows,
-                      x_range=(x_from, x_to), ordered_by=loaded[0].ordered_by if loaded else "branch", note=note)
+                      x_range=(x_from, x_to), ordered_by=loaded[0].ordered_by if loaded else "branch", note=note,
+                      too_short=too_short, points_needed=needed)
 
 
 def _plot_point(point: Any, scale: float | None, summary: str) -> PlotPoint:

@@ -26,6 +26,7 @@ from prometheus_client import multiprocess
 from app import wiring
 from app.core import duties
 from app.core.config import ConfigError, load_settings
+from app.core.db import UNREACHABLE, database_problem
 from app.core.migrate import SchemaBehind
 from app.web import create_app
 from app.web.capacity import class_limits
@@ -39,6 +40,8 @@ def make_app(start_background: bool = True) -> Flask:
         flask_app = create_app()
     except SchemaBehind as exc:
         raise click.ClickException(str(exc)) from exc
+    except UNREACHABLE as exc:
+        raise click.ClickException(database_problem(load_settings().database_url, exc)) from exc
     if start_background:
         duties.start(flask_app.extensions["parallax.db"], wiring.duties(), flask_app.extensions["parallax.settings"])
     return flask_app
@@ -87,6 +90,8 @@ def run(host: str, port: int, workers: int, threads: int, dev: bool, worker_clas
                 "timeout": 120, "accesslog": "-", "graceful_timeout": 30,
                 "child_exit": lambda _arbiter, worker: multiprocess.mark_process_dead(worker.pid),
             }
+            if "control_socket_disable" in self.cfg.settings:  # gunicorn >= 25.1 would put a socket under $HOME
+                options["control_socket_disable"] = True
             for key, value in options.items():
                 self.cfg.set(key, value)
 

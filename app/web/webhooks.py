@@ -10,7 +10,7 @@ from app.core.clock import utcnow
 from app.core.config import Settings
 from app.core.limits import free_text
 from app.core.models import WebhookDelivery
-from app.github.ingest import BadRequest, ServiceUnavailable, classify, parse_payload, verify_signature
+from app.github.ingest import BadRequest, ServiceUnavailable, classify, parse_payload, verify_signature, webhook_secret
 from app.web.bodies import read_body
 from app.web.session import request_session
 
@@ -20,10 +20,13 @@ bp = Blueprint("webhooks", __name__)
 @bp.post("/webhooks/github")
 def receive():  # type: ignore[no-untyped-def]
     settings: Settings = current_app.extensions["parallax.settings"]
-    if not settings.github_webhook_secret:
-        raise ServiceUnavailable("webhooks are off: PARALLAX_GITHUB_WEBHOOK_SECRET is not set")
     body = read_body(settings.max_webhook_bytes)
-    verify_signature(settings.github_webhook_secret, body, request.headers.get("X-Hub-Signature-256"))
+    session = request_session()
+    secret = webhook_secret(session, settings, body, request.content_type or "application/json")
+    if not secret:
+        raise ServiceUnavailable("webhooks are off: set PARALLAX_GITHUB_WEBHOOK_SECRET, or a repository's own "
+                                 "secret with `parallax repo add URL --webhook-secret-env VAR`")
+    verify_signature(secret, body, request.headers.get("X-Hub-Signature-256"))
     event = request.headers.get("X-GitHub-Event", "")
     delivery_id = request.headers.get("X-GitHub-Delivery", "")
     if not event or len(event) > 64:
@@ -31,7 +34,6 @@ def receive():  # type: ignore[no-untyped-def]
     if not delivery_id or len(delivery_id) > 128:
         raise BadRequest("X-GitHub-Delivery header is missing or too long")
     payload, payload_text = parse_payload(body, request.content_type or "application/json")
-    session = request_session()
     existing = session.scalar(select(WebhookDelivery).where(WebhookDelivery.delivery_id == delivery_id))
     if existing is not None:
         return _duplicate(existing)

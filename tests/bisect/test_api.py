@@ -321,7 +321,9 @@ def test_the_command_shows_rounds_as_they_finish_and_the_culprit(lab: Lab, tmp_p
     assert result.exit_code == 0, result.output
     lines = result.output.splitlines()
     assert lines[0].startswith("bisect 1: 8 first-parent commits")
-    assert any(line.startswith("round 1 (stage 0): measured ") for line in lines)
+    queued = next(i for i, line in enumerate(lines) if line.startswith("round 1 (stage 0): queued "))
+    measured = next(i for i, line in enumerate(lines) if line.startswith("round 1 (stage 0): measured "))
+    assert queued < measured, "each round is shown when it is queued, then when it is measured"
     assert f"culprit {shas[5]}" in result.output and "scope: all platforms" in result.output
 
 
@@ -366,3 +368,59 @@ def test_every_route_answers_while_a_mirror_fetch_is_held(lab: Lab, monkeypatch:
     assert started
     body = requests.get(f"{lab.server.url}/api/v1/bisects/{bisect_id}", timeout=10).json()
     assert body["state"] == "running" and body["stages"][0]["size"] == 4, body
+
+
+def test_a_misspelt_metric_is_a_422_naming_the_stored_ones_with_nothing_queued(lab: Lab) -> None:
+    shas = lab.upstream.linear(5)
+    lab.runners("rocm", 1, by_sha(shas, NoisyHistory(4, steps={}, noise=0.01, seed=20)))
+    lab.measure_first("rocm", shas[0], shas[4])
+    jobs_before = count(lab, Job)
+    response = lab.bisect(good=shas[0], bad=shas[4], metric="output_throughpt")
+    assert response.status_code == 422, response.text
+    body = response.json()
+    assert body["field"] == "metric" and "'output_throughpt'" in body["detail"] and METRIC in body["detail"]
+    assert count(lab, Bisect) == 0 and count(lab, Job) == jobs_before
+
+
+def rounds_queued(lab: Lab, bisect_id: int) -> list[dict[str, Any]]:
+    return lab.wait(lambda: requests.get(f"{lab.server.url}/api/v1/bisects/{bisect_id}", timeout=10).json()["rounds"],
+                    "the first round")
+
+
+def test_cancelling_a_bisect_cancels_its_queued_jobs_and_it_is_never_stepped_again(lab: Lab) -> None:
+    shas = lab.upstream.linear(9)   # no rocm runner: the first round stays queued
+    response = lab.bisect(good=shas[0], bad=shas[8])
+    assert response.status_code == 202, response.text
+    bisect_id = response.json()["id"]
+    lab.run_duty()
+    queued = [j for r in rounds_queued(lab, bisect_id) for j in r["jobs"]]
+    url = f"{lab.server.url}/api/v1/bisects/{bisect_id}/cancel"
+    assert requests.post(url, timeout=10).status_code == 401
+    cancelled = requests.post(url, headers=HEADERS, timeout=10)
+    assert cancelled.status_code == 200, cancelled.text
+    assert cancelled.json()["state"] == "cancelled" and cancelled.json()["reason"] == "cancelled by admin"
+    with lab.db.session() as session:
+        assert {j.state.value for j in session.scalars(select(Job).where(Job.id.in_(queued)))} == {"cancelled"}
+    for _ in range(3):  # ticks of the duty (besides the background one) leave it alone
+        assert bisect_id not in service.run_duty(lab.db)["steps"]
+    after = requests.get(f"{lab.server.url}/api/v1/bisects/{bisect_id}", timeout=10).json()
+    assert after["state"] == "cancelled" and len(after["rounds"]) == len(cancelled.json()["rounds"])
+    assert requests.post(url, headers=HEADERS, timeout=10).status_code == 409
+    page = requests.get(f"{lab.server.url}/bisects/{bisect_id}", timeout=10).text
+    assert "none (cancelled)" in page and "not found yet" not in page
+
+
+def test_the_command_cancels_a_bisect_and_lists_it(lab: Lab, tmp_path: Path) -> None:
+    from click.testing import CliRunner
+
+    from app.cli import main
+    shas = lab.upstream.linear(5)
+    bisect_id = lab.bisect(good=shas[0], bad=shas[4]).json()["id"]
+    env = {"PARALLAX_DATABASE_URL": lab.app.extensions["parallax.settings"].database_url,
+           "PARALLAX_DATA_DIR": str(tmp_path / "cli-data")}
+    result = CliRunner().invoke(main, ["bisects", "cancel", str(bisect_id)], env=env, catch_exceptions=False)
+    assert result.exit_code == 0 and f"bisect {bisect_id} cancelled" in result.output
+    listed = CliRunner().invoke(main, ["bisects", "list", "--state", "cancelled"], env=env, catch_exceptions=False)
+    assert listed.output.startswith(f"{bisect_id}\tcancelled\t{SUITE}/{METRIC} on rocm")
+    again = CliRunner().invoke(main, ["bisects", "cancel", str(bisect_id)], env=env, catch_exceptions=False)
+    assert again.exit_code == 1 and "already cancelled" in again.output

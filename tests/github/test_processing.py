@@ -3,10 +3,12 @@ temp `upstream` stands in for GitHub), and the matrix is queued at the right com
 from __future__ import annotations
 
 import threading
+from datetime import datetime, timezone
 
 from sqlalchemy import func, select
 
 from app.core.models import Branch, BranchCommit, Commit, Job, JobReason, PullRequest, Suite, WebhookDelivery
+from app.github import ingest
 from app.github.ingest import process_pending
 from tests.support.github import post_webhook, pr_payload, push_payload
 
@@ -45,11 +47,21 @@ def test_push_with_commits_queues_each_platform_and_suite_at_the_pushed_shas(cli
     pushed = upstream.commits(3)
     push(client, app, db, base, pushed[-1], pushed)
     jobs = jobs_by_sha(db)
-    assert set(jobs) == set(pushed)
+    assert set(jobs) == {base, *pushed}
     expected = {("decode-throughput", p, "push") for p in ("cuda", "rocm", "cpu")} | \
                {("gsm8k", p, "push") for p in ("cuda", "rocm")}
     for sha in pushed:
         assert set(jobs[sha]) == expected
+
+
+def test_the_first_push_also_measures_its_before_commit_as_the_baseline(client, app, db, tracked, upstream):
+    base = upstream.commit()
+    head = upstream.commit()
+    push(client, app, db, base, head, [head])
+    assert len(jobs_by_sha(db)[base]) == MATRIX
+    newer = upstream.commit()
+    push(client, app, db, head, newer, [newer])  # later pushes measure only what they add
+    assert set(jobs_by_sha(db)) == {base, head, newer} and len(jobs_by_sha(db)[head]) == MATRIX
 
 
 def test_delivery_is_marked_done_with_a_summary(client, app, db, tracked, upstream):
@@ -59,8 +71,8 @@ def test_delivery_is_marked_done_with_a_summary(client, app, db, tracked, upstre
     with db.session() as session:
         delivery = session.scalar(select(WebhookDelivery))
         assert delivery.state == "done"
-        assert delivery.result == (f"push master {base[:12]}..{head[:12]}: 1 commit(s) added, 0 dropped from history; "
-                                   f"{MATRIX} job(s) queued, 0 already queued or done")
+        assert delivery.result == (f"push master {base[:12]}..{head[:12]}: 2 commit(s) added, 0 dropped from history; "
+                                   f"{2 * MATRIX} job(s) queued, 0 already queued or done")  # base is the baseline
 
 
 def test_first_push_of_a_new_branch_measures_its_head_only(client, app, db, tracked, upstream):
@@ -76,7 +88,7 @@ def test_same_commit_arriving_twice_is_deduplicated(client, app, db, tracked, up
     push(client, app, db, base, head, [head])
     push(client, app, db, base, head, [head])  # a second delivery id with the same push
     with db.session() as session:
-        assert session.scalar(select(func.count()).select_from(Job)) == MATRIX
+        assert session.scalar(select(func.count()).select_from(Job)) == 2 * MATRIX  # head and its baseline
 
 
 def test_push_of_fifty_then_force_push_dropping_three(client, app, db, tracked, upstream):
@@ -217,33 +229,61 @@ def test_pull_request_synchronize_moves_the_head(client, app, db, tracked, upstr
     assert len(jobs[first]) == MATRIX and len(jobs[second]) == MATRIX
 
 
-def test_commit_missing_from_the_repository_is_retried_then_reported(client, app, db, tracked, upstream):
-    from datetime import datetime, timezone
+def skip_backoff(db) -> None:  # type: ignore[no-untyped-def]
+    with db.session() as session:
+        session.query(WebhookDelivery).update({"claimed_until": datetime(2000, 1, 1, tzinfo=timezone.utc)})
 
-    from app.github import ingest as webhooks
+
+def test_commit_missing_from_the_repository_gets_quick_retries_then_fails_for_good(client, app, db, tracked, upstream):
     base = upstream.commit()
     ghost = "f" * 40
     post_webhook(client, "push", push_payload(base, ghost, [ghost]))
     settings = app.extensions["parallax.settings"]
-    for _ in range(webhooks.MAX_ATTEMPTS):
-        report = process_pending(db, settings)
-        assert report.failed
-        with db.session() as session:  # skip the backoff wait
-            session.query(WebhookDelivery).update({"claimed_until": datetime(2000, 1, 1, tzinfo=timezone.utc)})
+    for _ in range(len(ingest.MISSING_RETRY_DELAYS_S) + 1):
+        with db.session() as session:
+            assert session.scalar(select(WebhookDelivery.state)) == "pending"
+        assert process_pending(db, settings).failed
+        skip_backoff(db)
     with db.session() as session:
         delivery = session.scalar(select(WebhookDelivery))
-        assert delivery.state == "error" and ghost in delivery.result
+        assert delivery.state == "error" and ghost in delivery.result and "after a fresh fetch" in delivery.result
+        assert "parallax deliveries retry" in delivery.result
         assert session.scalar(select(func.count()).select_from(Job)) == 0
+    assert process_pending(db, settings).failed == []
 
 
-def test_a_failing_delivery_holds_back_later_ones_of_its_repository(client, app, db, tracked, upstream):
+def test_a_missing_commit_does_not_hold_back_a_later_good_push(client, app, db, tracked, upstream):
     base = upstream.commit()
     post_webhook(client, "push", push_payload(base, "e" * 40, ["e" * 40]))
     head = upstream.commit()
     post_webhook(client, "push", push_payload(base, head, [head]))
     report = process_pending(db, app.extensions["parallax.settings"])
+    assert len(report.failed) == 1 and len(report.processed) == 1
+    assert set(jobs_by_sha(db)) == {base, head}
+    newer = upstream.commit()
+    post_webhook(client, "push", push_payload(head, newer, [newer]))
+    report = process_pending(db, app.extensions["parallax.settings"])  # the bad one still waits for its retry
+    assert report.failed == [] and len(report.processed) == 1
+    with db.session() as session:
+        bad = session.scalar(select(WebhookDelivery).order_by(WebhookDelivery.id).limit(1))
+        assert bad.state == "pending" and bad.failure_kind == ingest.MISSING_COMMIT
+    assert set(jobs_by_sha(db)) == {base, head, newer}
+
+
+def test_a_failing_fetch_holds_back_later_deliveries_of_its_repository(client, app, db, tracked, upstream, tmp_path):
+    from app.core.models import Repository
+    base = upstream.commit()
+    head = upstream.commit()
+    with db.session() as session:
+        session.get(Repository, tracked).url = str(tmp_path / "gone")  # the remote is unreachable
+    post_webhook(client, "push", push_payload(base, head, [head]))
+    post_webhook(client, "push", push_payload(head, head, [head]))
+    settings = app.extensions["parallax.settings"]
+    report = process_pending(db, settings)
     assert len(report.failed) == 1 and report.processed == []
-    assert jobs_by_sha(db) == {}
+    assert process_pending(db, settings).failed == []  # the first waits for its retry; the second waits behind it
+    with db.session() as session:
+        assert [d.attempts for d in session.scalars(select(WebhookDelivery).order_by(WebhookDelivery.id))] == [1, 0]
 
 
 def test_concurrent_workers_process_each_delivery_once(client, app, db, tracked, upstream):

@@ -11,7 +11,7 @@ from sqlalchemy import select
 
 from app.core.models import WebhookDelivery
 from app.web import webhooks as webhooks_endpoint
-from tests.support.github import SECRET, count_rows, load_payload, post_webhook, sign, webhook_headers
+from tests.support.github import SECRET, count_rows, load_payload, post_webhook, push_payload, sign, webhook_headers
 from tests.support.settings import make_settings
 
 
@@ -276,3 +276,41 @@ def test_two_simultaneous_deliveries_with_one_id_store_one_row(app, db, live_ser
     with db.session() as session:
         rows = session.scalars(select(WebhookDelivery).where(WebhookDelivery.delivery_id == "same-delivery-id")).all()
     assert len(rows) == 1
+
+
+def test_a_repository_with_its_own_secret_needs_deliveries_signed_with_it(client, db, tracked, upstream):
+    from app.core.models import Repository
+    own = "repository-own-secret-123"
+    with db.session() as session:
+        session.get(Repository, tracked).webhook_secret = own
+    base = upstream.commit()
+    body = json.dumps(push_payload(base, base, [base])).encode()
+    with_global = client.post("/webhooks/github", data=body, headers=webhook_headers("push", body))
+    assert with_global.status_code == 401
+    with_own = client.post("/webhooks/github", data=body, headers=webhook_headers("push", body, secret=own))
+    assert with_own.status_code == 202, with_own.get_json()
+
+
+def test_a_repository_without_its_own_secret_falls_back_to_the_global_one(client, db, tracked, upstream):
+    base = upstream.commit()
+    assert post_webhook(client, "push", push_payload(base, base, [base])).status_code == 202
+
+
+def test_only_a_repository_secret_is_enough_for_its_deliveries(database_url, tmp_path, upstream):
+    from app.core.models import Repository
+    from app.web import create_app
+    from tests.support.github import REPO_NAME
+    app = create_app(make_settings(database_url, github_webhook_secret=None, data_dir=str(tmp_path / "data")))
+    db = app.extensions["parallax.db"]
+    with db.session() as session:
+        session.add(Repository(name=REPO_NAME, url=str(upstream.path), default_branch="master",
+                               webhook_secret="only-this-repository-1"))
+    base = upstream.commit()
+    body = json.dumps(push_payload(base, base, [base])).encode()
+    client = app.test_client()
+    ok = client.post("/webhooks/github", data=body, headers=webhook_headers("push", body, secret="only-this-repository-1"))
+    assert ok.status_code == 202, ok.get_json()
+    other = json.dumps({"zen": "hi", "hook_id": 1}).encode()
+    refused = client.post("/webhooks/github", data=other, headers=webhook_headers("ping", other))
+    assert refused.status_code == 503 and "PARALLAX_GITHUB_WEBHOOK_SECRET" in refused.get_json()["detail"]
+    db.engine.dispose()

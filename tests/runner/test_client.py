@@ -107,3 +107,14 @@ def test_backoff_grows_exponentially_and_is_capped():
         delays = [policy.delay(attempt) for _ in range(200)]
         assert all(0 <= d <= cap for d in delays)
         assert max(delays) > cap * 0.7  # full jitter spreads over the whole range
+
+
+def test_a_long_error_is_shortened_at_a_word_and_keeps_its_cause():
+    from runners.client import _tail
+    message = ("HTTPConnectionPool(host='127.0.0.1', port=8765): Max retries exceeded with url: /api/v1/jobs/claim "
+               "(Caused by NewConnectionError('<urllib3.connection.HTTPConnection object at 0x7f>: "
+               "Failed to establish a new connection: [Errno 111] Connection refused'))")
+    short = _tail(message)
+    assert short.startswith("…") and short.endswith("Connection refused'))") and len(short) <= 161
+    assert message.split().count(short[1:].split()[0]) >= 1   # begins with a whole word of the message
+    assert _tail("short and whole") == "short and whole"

@@ -3,11 +3,13 @@ cancellation. SQLite (the core flow covers PostgreSQL), except NUL output, a Pos
 from __future__ import annotations
 
 import signal
+import subprocess
+import threading
 import time
 
 import pytest
 
-from tests.support.runner_harness import Harness, pid_alive, wait_for
+from tests.support.runner_harness import PARALLAX, Harness, pid_alive, wait_for
 
 # Each stages a fault through real processes and waits on real timeouts (4-16 s each).
 pytestmark = pytest.mark.slow
@@ -147,15 +149,14 @@ def test_sigterm_lets_a_job_finish_within_the_grace_period(harness: Harness):
     assert len(harness.runs(job_id)) == 1
 
 
-def test_cancel_from_the_service_stops_the_command_promptly(harness: Harness):
-    from app.core.models import Job
-    from app.jobs import queue
+def test_a_job_cancelled_through_the_api_stops_at_the_runners_next_heartbeat(harness: Harness):
+    from tests.support.settings import ADMIN_TOKEN
     job_id = harness.enqueue(harness.shas[0])
     proc = harness.start_runner("r1", "--once", mode="block")
     started = harness.marker("started")
-    with harness.db.session() as session:
-        queue.request_cancel(session, session.get(Job, job_id))
-    job = harness.wait_job(job_id, ("failed",), timeout_s=20, proc=proc)
+    response = harness.client.post(f"/api/v1/jobs/{job_id}/cancel", headers={"Authorization": f"Bearer {ADMIN_TOKEN}"})
+    assert response.status_code == 200 and response.get_json()["cancel_requested"] is True
+    job = harness.wait_job(job_id, ("cancelled",), timeout_s=60, proc=proc)
     assert job["failure_reason"] == "cancelled by the service"
     assert not pid_alive(started["pid"])
     assert harness.wait_exit(proc) == 0
@@ -189,3 +190,28 @@ def test_a_job_printing_nul_bytes_fails_once_with_its_reason_and_log_on_postgres
     assert "engine crashed\ufffd\ufffd at step 7" in job["failure_reason"]
     assert "engine crashed\ufffd\ufffd at step 7" in job["log"]
     assert h.wait_exit(proc) == 0
+
+
+def test_sigterm_to_an_idle_runner_says_no_job_is_running_and_exits_0(harness: Harness):
+    proc = harness.start_runner("idle")
+    wait_for(lambda: "on " + harness.server.url in harness.runner_log(proc), 30, "the runner to start claiming")
+    proc.send_signal(signal.SIGTERM)
+    assert harness.wait_exit(proc, 30) == 0
+    log = harness.runner_log(proc)
+    assert "SIGTERM received: no job running; exiting" in log and "finishing" not in log
+
+
+def test_a_runner_that_cannot_register_stops_at_the_first_signal(harness: Harness):
+    from tests.support.runner_harness import free_port
+    dead = f"http://127.0.0.1:{free_port()}"   # nothing listens: registration retries
+    proc = subprocess.Popen([str(PARALLAX), "runner", "--server", dead, "--registration-token", "pxr_x",
+                             "--work-dir", str(harness.tmp_path / "work-unregistered")],
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    lines: list[str] = []
+    reader = threading.Thread(target=lambda: lines.extend(proc.stdout), daemon=True)  # type: ignore[arg-type]
+    reader.start()
+    wait_for(lambda: any("failed" in line and "retry 1" in line for line in lines), 60, "a failed registration try")
+    proc.send_signal(signal.SIGTERM)
+    assert proc.wait(30) == 1   # not the 80 s of a grace period meant for a running job
+    reader.join(5)
+    assert any("registration failed" in line and "aborted" in line for line in lines), lines

@@ -1,0 +1,85 @@
+"""The operator's API: paginated lists of runners, jobs, repositories and bisects, cancel for a
+job, the OpenAPI document where people look for it (with a summary for every operation), and
+a /metrics content type that names its charset once."""
+from __future__ import annotations
+
+import pytest
+
+from tests.support.service_api import admin_headers, claim, queue_jobs, register
+
+
+def test_jobs_are_listed_newest_first_and_page_on_with_the_next_link(client):
+    ids = [j["id"] for j in queue_jobs(client)]  # decode-throughput x 3 platforms + gsm8k x 2
+    first = client.get("/api/v1/jobs?limit=2").get_json()
+    assert [j["id"] for j in first["items"]] == sorted(ids, reverse=True)[:2]
+    seen = [j["id"] for j in first["items"]]
+    page = first
+    while page["next"]:
+        page = client.get(page["next"]).get_json()
+        seen += [j["id"] for j in page["items"]]
+    assert seen == sorted(ids, reverse=True)
+
+
+def test_jobs_filter_by_state_and_platform(client, app):
+    queue_jobs(client)
+    headers = register(client, app, "cuda", name="h100")
+    held = claim(client, headers).get_json()["job"]
+    running = client.get("/api/v1/jobs?state=running").get_json()["items"]
+    assert [j["id"] for j in running] == [held["id"]]
+    assert {j["platform"] for j in client.get("/api/v1/jobs?platform=rocm").get_json()["items"]} == {"rocm"}
+
+
+@pytest.mark.parametrize("query, field", [("limit=0", "limit"), ("limit=abc", "limit"), ("limit=201", "limit"),
+                                          ("before=-1", "before"), ("state=sleeping", "state")])
+def test_a_bad_list_parameter_is_a_422_naming_it(client, query, field):
+    response = client.get(f"/api/v1/jobs?{query}")
+    assert response.status_code == 422 and response.get_json()["field"] == field
+
+
+def test_runners_and_repositories_are_listed(client, app):
+    register(client, app, "rocm", name="mi300x")
+    runners = client.get("/api/v1/runners").get_json()["items"]
+    assert [(r["name"], r["platform"], r["disabled"]) for r in runners] == [("mi300x", "rocm", False)]
+    repositories = client.get("/api/v1/repositories").get_json()["items"]
+    assert [(r["name"], r["webhook_secret"]) for r in repositories] == [("demo/engine", False)]
+    assert client.get("/api/v1/bisects").get_json() == {"items": [], "next": None}
+
+
+def test_a_queued_job_is_cancelled_at_once_and_a_finished_one_is_left_alone(client):
+    job = queue_jobs(client, platform="cpu", suite="decode-throughput")[0]
+    assert client.post(f"/api/v1/jobs/{job['id']}/cancel").status_code == 401
+    body = client.post(f"/api/v1/jobs/{job['id']}/cancel", headers=admin_headers()).get_json()
+    assert body["state"] == "cancelled" and body["cancel_requested"] is False
+    assert client.post("/api/v1/jobs/999999/cancel", headers=admin_headers()).status_code == 404
+
+
+def test_a_running_job_learns_of_its_cancel_at_its_next_heartbeat(client, app):
+    queue_jobs(client, platform="cpu", suite="decode-throughput")
+    headers = register(client, app, "cpu")
+    job = claim(client, headers).get_json()["job"]
+    body = client.post(f"/api/v1/jobs/{job['id']}/cancel", headers=admin_headers()).get_json()
+    assert body["state"] == "running" and body["cancel_requested"] is True
+    beat = client.post(f"/api/v1/jobs/{job['id']}/heartbeat", headers=headers).get_json()
+    assert beat["cancel"] is True
+    failed = client.post(f"/api/v1/jobs/{job['id']}/fail", headers=headers,
+                         json={"reason": "cancelled by the service", "retryable": False})
+    assert failed.status_code == 200
+    assert client.get(f"/api/v1/jobs/{job['id']}").get_json()["state"] == "cancelled"
+
+
+def test_openapi_json_at_the_root_leads_to_the_document(client):
+    response = client.get("/openapi.json")
+    assert response.status_code == 308 and response.headers["Location"].endswith("/api/v1/openapi.json")
+
+
+def test_every_operation_has_a_summary_of_its_own(client):
+    paths = client.get("/api/v1/openapi.json").get_json()["paths"]
+    missing = [f"{method.upper()} {path}" for path, operations in paths.items() for method, op in operations.items()
+               if op["summary"] == op["operationId"].rsplit("_", 1)[0] or " " not in op["summary"]]
+    assert missing == []
+    assert paths["/api/v1/jobs"]["get"]["summary"] != paths["/api/v1/jobs"]["post"]["summary"]
+
+
+def test_metrics_names_its_charset_once(client):
+    content_type = client.get("/metrics").headers["Content-Type"]
+    assert content_type.count("charset") == 1 and content_type.startswith("text/plain")
