@@ -21,6 +21,7 @@ COMMANDS = {
     "serve": "app.cli.serve:serve",
     "suites": "app.cli.suites:suites",
     "token": "app.cli.tokens:token",
+    "upload": "runners.upload:upload",
     "user": "app.cli.users:user",
 }
 

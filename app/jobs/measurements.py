@@ -35,7 +35,7 @@ def document_hash(raw: bytes) -> str:
     return hashlib.sha256(raw).hexdigest()
 
 
-def store_run(session: Session, job: Job, runner_id: int, document: ResultsDocument, digest: str) -> Run:
+def store_run(session: Session, job: Job, runner_id: int | None, document: ResultsDocument, digest: str) -> Run:
     run = Run(
         job_id=job.id, attempt=job.attempt, runner_id=runner_id, commit_id=job.commit_id,
         suite_id=job.suite_id, platform=job.platform, document_sha256=digest,
