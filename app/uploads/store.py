@@ -16,13 +16,15 @@ from app.auth.ci_tokens import CiScope, check_scope
 from app.core.clock import utcnow
 from app.core.errors import Conflict, Invalid
 from app.core.models import CiUpload, Commit, Job, JobReason, JobState, Repository, Run, StoredRunHook, Suite
-from app.git.mirror import Mirror
+from app.git.mirror import CommitInfo, Mirror
 from app.jobs.measurements import document_hash, store_run
 from app.uploads import commits
 from app.uploads.convert import results_document
 from app.uploads.request import UploadRequest
 from runners.adapters.registry import json_bytes
-from runners.results import Limits, to_json
+from runners.results import Limits, ResultsDocument, to_json
+
+WRITE_ATTEMPTS = 5  # each retry follows a concurrent upload that committed some of the same commits
 
 
 @dataclass(frozen=True)
@@ -122,26 +124,38 @@ def store_upload(session: Session, scope: CiScope, request: UploadRequest, *, mi
         session.rollback()  # no transaction stays open while git runs
         found = commits.look_up(mirror, repository, request.sha)
     repository_id, suite_id = repository.id, suite.id
-    try:
-        repository = session.get(Repository, repository_id)  # type: ignore[assignment]
-        suite = session.get(Suite, suite_id)  # type: ignore[assignment]
-        if found is not None:
-            commit = commits.record(session, repository, *found)
-        assert commit is not None
-        job = _job(session, repository, commit, suite, request.platform)
-        run = store_run(session, job, None, document, document_hash(raw))
-        session.add(CiUpload(repository_id=repository.id, run_id=run.id, ci_token_id=scope.token_id,
-                             idempotency_key=request.idempotency_key, request_sha256=request.digest,
-                             provider=request.provider, run_url=request.run_url, adapter=request.adapter))
-        session.add(StoredRunHook(run_id=run.id))
-        session.flush()
-        stored = Stored(run_id=run.id, job_id=job.id, commit_id=commit.id, created=True)
-        session.commit()
-    except IntegrityError:
-        # A concurrent retry with the same key committed first: answer what it stored.
-        session.rollback()
-        earlier = _earlier(session, repository_id, request)
-        if earlier is None:
-            raise
-        return earlier
+    for attempt in range(1, WRITE_ATTEMPTS + 1):
+        try:
+            return _write(session, scope, request, document, raw, repository_id, suite_id, commit, found)
+        except IntegrityError:
+            session.rollback()
+            earlier = _earlier(session, repository_id, request)
+            if earlier is not None:  # a concurrent retry with the same key committed first
+                return earlier
+            if attempt == WRITE_ATTEMPTS:
+                raise
+            # Another upload of the same new commits committed them first; read them and go again.
+            commit = commits.known_commit(session, session.get(Repository, repository_id), request.sha)  # type: ignore[arg-type]
+    raise AssertionError("unreachable")
+
+
+def _write(session: Session, scope: CiScope, request: UploadRequest, document: ResultsDocument, raw: bytes,
+           repository_id: int, suite_id: int, commit: Commit | None,
+           found: tuple[CommitInfo, int | None] | None) -> Stored:
+    """The one transaction that stores an upload."""
+    repository = session.get(Repository, repository_id)
+    suite = session.get(Suite, suite_id)
+    assert repository is not None and suite is not None
+    if found is not None:
+        commit = commits.record(session, repository, *found)
+    assert commit is not None
+    job = _job(session, repository, commit, suite, request.platform)
+    run = store_run(session, job, None, document, document_hash(raw))
+    session.add(CiUpload(repository_id=repository.id, run_id=run.id, ci_token_id=scope.token_id,
+                         idempotency_key=request.idempotency_key, request_sha256=request.digest,
+                         provider=request.provider, run_url=request.run_url, adapter=request.adapter))
+    session.add(StoredRunHook(run_id=run.id))
+    session.flush()
+    stored = Stored(run_id=run.id, job_id=job.id, commit_id=commit.id, created=True)
+    session.commit()
     return stored
