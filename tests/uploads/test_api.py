@@ -188,3 +188,12 @@ def test_a_runner_token_cannot_upload(live_server, app, upstream):
     reply = requests.post(f"{live_server.url}/api/v1/runs", json=upload_body(upstream.head(), document()),
                           headers=runner, timeout=30)
     assert reply.status_code == 401 and "unknown CI token" in reply.json()["detail"]
+
+
+def test_the_commit_page_shows_where_an_upload_came_from(live_server, token, upstream):
+    run_url = "https://github.com/demo/engine/actions/runs/99/attempts/1"
+    body = upload_body(upstream.head(), document(), ci={"provider": "github-actions", "run_url": run_url})
+    assert post(live_server, token, body).status_code == 201
+    page = requests.get(f"{live_server.url}/commits/{upstream.head()}", timeout=60)
+    assert page.status_code == 200
+    assert "uploaded by github-actions" in page.text and f'href="{run_url}"' in page.text
