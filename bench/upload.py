@@ -5,7 +5,9 @@ One scratch database is seeded with J queued jobs on J commits. First N runner t
 and complete jobs until half of them are done (a runner result costs a claim and a complete;
 both latencies are kept). Then N uploader threads upload a results document for each commit of
 the other half — completing its queued job, as an upload does when a push queued the matrix —
-each with its own Idempotency-Key. The two phases share the database, the server and the
+each with its own Idempotency-Key. Both use the runner's HTTP client (`runners.client.Client`,
+which `parallax upload` uses too), so a 503 from the service's capacity limit is retried with
+its backoff and counts in the latency, as it would for a real client. The two phases share the database, the server and the
 document, so the numbers compare the two ways a result arrives. Run:
 
     .venv/bin/python bench/upload.py --clients 16 --jobs 800
@@ -15,6 +17,8 @@ Prints a table and writes JSON to bench/results/upload.json.
 from __future__ import annotations
 
 import argparse
+import json
+import os
 import sys
 import threading
 import time
@@ -23,7 +27,6 @@ from pathlib import Path
 from typing import Any, Callable
 
 import numpy as np
-import requests
 from tqdm import tqdm
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -33,8 +36,10 @@ from app.auth.ci_tokens import create_ci_token  # noqa: E402
 from app.core.db import Database  # noqa: E402
 from app.demo.service_process import ServiceProcess  # noqa: E402
 from bench.backends import DEFAULT_POSTGRES, DOC, print_table, scratch_postgres, seed, service_env, write_results  # noqa: E402
+from runners.client import Client  # noqa: E402
 
 REPOSITORY = "bench/engine"
+DOCUMENT = json.dumps(DOC).encode()
 
 
 def in_threads(count: int, work: Callable[[int], None]) -> float:
@@ -65,23 +70,19 @@ def runner_phase(base: str, registration: str, clients: int, target: int) -> dic
     progress = tqdm(total=target, desc="runner complete", unit="result", file=sys.stderr)
 
     def runner(i: int) -> None:
-        http = requests.Session()
-        reply = http.post(f"{base}/api/v1/runners", json={"name": f"r{i}", "labels": {"platform": "cpu"}},
-                          headers={"Authorization": f"Bearer {registration}"})
-        reply.raise_for_status()
-        http.headers["Authorization"] = f"Bearer {reply.json()['token']}"
+        _, token = Client(base).register(registration, f"r{i}", {"platform": "cpu"}, {})
+        client = Client(base, token)
         while True:
             with lock:  # the phase stops at `target` results; the other jobs stay for the uploads
                 if reserved[0] >= target:
                     return
                 reserved[0] += 1
             started = time.perf_counter()
-            reply = http.post(f"{base}/api/v1/jobs/claim", json={"wait_s": 0})
+            job = client.claim(0, budget_s=600)
             claimed = time.perf_counter() - started
-            reply.raise_for_status()
-            job = reply.json()["job"]
+            assert job is not None, "the queue ran dry before the runner phase's target"
             started = time.perf_counter()
-            http.post(f"{base}/api/v1/jobs/{job['id']}/complete", json=DOC).raise_for_status()
+            client.complete(job["id"], job["attempt"], DOCUMENT, budget_s=600)
             completed = time.perf_counter() - started
             with lock:
                 timings.append((claimed, completed))
@@ -102,8 +103,7 @@ def upload_phase(base: str, token: str, clients: int, shas: list[str]) -> dict[s
     progress = tqdm(total=len(shas), desc="CI upload", unit="result", file=sys.stderr)
 
     def uploader(_: int) -> None:
-        http = requests.Session()
-        http.headers["Authorization"] = f"Bearer {token}"
+        client = Client(base, token)
         while True:
             with lock:
                 if not pending:
@@ -112,7 +112,8 @@ def upload_phase(base: str, token: str, clients: int, shas: list[str]) -> dict[s
             body = {"repository": REPOSITORY, "sha": sha, "platform": "cpu", "suite": "decode-throughput",
                     "document": DOC, "ci": {"provider": "bench"}}
             started = time.perf_counter()
-            reply = http.post(f"{base}/api/v1/runs", json=body, headers={"Idempotency-Key": str(uuid.uuid4())})
+            reply = client.request("POST", "/runs", json=body, headers={"Idempotency-Key": str(uuid.uuid4())},
+                                   budget_s=600)
             elapsed = time.perf_counter() - started
             if reply.status_code != 201:
                 raise RuntimeError(f"upload of {sha}: HTTP {reply.status_code}: {reply.text[:300]}")
@@ -149,11 +150,15 @@ def main() -> None:
         with ServiceProcess(service_env(url, tmp)) as service:
             rows = [runner_phase(service.base, registration, args.clients, half),
                     upload_phase(service.base, token, args.clients, upload_shas)]
+    for row in rows:
+        row.setdefault("complete_p50_ms", "–")
+        row.setdefault("complete_p99_ms", "–")
     columns = [("path", "path"), ("clients", "clients"), ("results", "results"), ("results/s", "results_per_s"),
-               ("p50 ms", "result_p50_ms"), ("p99 ms", "result_p99_ms")]
+               ("p50 ms", "result_p50_ms"), ("p99 ms", "result_p99_ms"), ("complete p50", "complete_p50_ms"),
+               ("complete p99", "complete_p99_ms")]
     print_table(rows, columns)
     write_results("upload", {"backend": "postgresql", "server": "parallax serve (gunicorn, default workers)",
-                             "rows": rows})
+                             "load_average": os.getloadavg(), "rows": rows})
 
 
 if __name__ == "__main__":
