@@ -197,3 +197,24 @@ def test_the_commit_page_shows_where_an_upload_came_from(live_server, token, ups
     page = requests.get(f"{live_server.url}/commits/{upstream.head()}", timeout=60)
     assert page.status_code == 200
     assert "uploaded by github-actions" in page.text and f'href="{run_url}"' in page.text
+
+
+def test_a_ci_token_cannot_read_pages_that_need_a_token(app, db, token, upstream, settings):
+    from dataclasses import replace
+
+    from app.web import create_app
+    reading = create_app(replace(settings, read_requires_token=True))
+    try:
+        reply = reading.test_client().get("/api/v1/alerts", headers=bearer(token))
+        assert reply.status_code == 401
+    finally:
+        reading.extensions["parallax.db"].engine.dispose()
+
+
+def test_an_unseen_commit_of_a_repository_that_cannot_be_fetched_is_a_503(live_server, db, token, upstream, tmp_path):
+    from app.core.models import Repository
+    with db.session() as session:
+        session.scalar(select(Repository).where(Repository.name == "demo/engine")).url = str(tmp_path / "gone")
+    reply = post(live_server, token, upload_body(upstream.head(), document()))
+    assert reply.status_code == 503 and reply.json()["error"] == "git_unavailable"
+    assert count_rows(db)["runs"] == 0
