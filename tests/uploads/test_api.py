@@ -218,3 +218,15 @@ def test_an_unseen_commit_of_a_repository_that_cannot_be_fetched_is_a_503(live_s
     reply = post(live_server, token, upload_body(upstream.head(), document()))
     assert reply.status_code == 503 and reply.json()["error"] == "git_unavailable"
     assert count_rows(db)["runs"] == 0
+
+
+def test_an_upload_leaves_a_job_a_runner_is_running_to_that_runner(live_server, app, db, token, upstream):
+    client = app.test_client()
+    runner = register(client, app, platform="cpu")
+    (job,) = queue_jobs(client, upstream.head(), platform="cpu", suite="decode-throughput")
+    assert client.post("/api/v1/jobs/claim", json={}, headers=runner).get_json()["job"]["id"] == job["id"]
+    reply = post(live_server, token, upload_body(upstream.head(), document()))
+    assert reply.status_code == 201 and reply.json()["job_id"] != job["id"]
+    with db.session() as session:
+        assert session.get(Job, job["id"]).state == JobState.running
+        assert session.get(Job, reply.json()["job_id"]).reason == JobReason.upload
