@@ -55,6 +55,7 @@ def _object(value: Any, name: str) -> dict[str, Any]:
 def _files(value: Any, name: str) -> dict[str, str]:
     """One repetition's files: a string is one file called `output`."""
     if isinstance(value, str):
+        _utf8(value, name)
         return {"output": value}
     if not isinstance(value, dict) or not value:
         raise Invalid(f"{name}: must be the tool's output as a string, or an object of file name -> text",
@@ -66,7 +67,17 @@ def _files(value: Any, name: str) -> dict[str, str]:
                           extra={"field": name})
         if not isinstance(text, str):
             raise Invalid(f"{name}.{file_name}: must be the file's text", extra={"field": name})
+        _utf8(text, f"{name}.{file_name}")
     return value
+
+
+def _utf8(text: str, name: str) -> None:
+    """JSON can spell a lone surrogate (\\ud800), which no UTF-8 file or database text can hold."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise Invalid(f"{name}: not valid Unicode (a lone surrogate at character {exc.start})",
+                      extra={"field": name}) from None
 
 
 def _tool_output(value: dict[str, Any]) -> ToolOutput:
@@ -119,6 +130,8 @@ def parse(body: dict[str, Any], header_key: str | None, settings: Settings) -> U
         key = "key:" + limits.identifier(header_key, "Idempotency-Key header", IDEMPOTENCY_KEY_CHARS)
     elif run_url is not None:
         key = "ci:" + hashlib.sha256(json.dumps([run_url, suite, platform]).encode()).hexdigest()
+    for name in ("document", "environment", "ci"):
+        _utf8(json.dumps(body.get(name), ensure_ascii=False), name)
     canonical = {"repository": repository, "sha": sha, "platform": platform, "suite": suite,
                  "document": raw_document, "environment": environment, "ci": ci}
     digest = hashlib.sha256(json.dumps(canonical, sort_keys=True).encode()).hexdigest()

@@ -2,6 +2,7 @@
 unknown), and nothing at all is stored."""
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import pytest
@@ -98,3 +99,15 @@ def test_a_missing_document_is_named(refused, upstream):
 def test_a_run_url_that_is_not_a_url_is_refused(refused, upstream):
     body = refused(upload_body(upstream.head(), document(), ci={"run_url": "javascript:alert(1)"}), 422)
     assert body["field"] == "ci.run_url"
+
+
+def test_a_lone_surrogate_in_tool_output_is_refused(refused, upstream):
+    body = json.dumps(upload_body(upstream.head(), {"adapter": "sglang-gsm8k", "output": "x"}, platform="cuda"))
+    body = body.replace('"output": "x"', '"output": "\\ud800"').encode()
+    assert refused(body, 422)["field"] == "document.output"
+
+
+def test_a_lone_surrogate_in_the_document_is_refused(refused, upstream):
+    body = json.dumps(upload_body(upstream.head(), document(context={"model": "x"})))
+    body = body.replace('"model": "x"', '"model": "\\udfff"').encode()
+    assert refused(body, 422)["field"] == "document"
