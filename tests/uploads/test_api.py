@@ -230,3 +230,12 @@ def test_an_upload_leaves_a_job_a_runner_is_running_to_that_runner(live_server, 
     with db.session() as session:
         assert session.get(Job, job["id"]).state == JobState.running
         assert session.get(Job, reply.json()["job_id"]).reason == JobReason.upload
+
+
+def test_the_commit_api_says_which_runs_were_uploaded_and_from_where(live_server, app, token, upstream):
+    run_url = "https://buildkite.com/vllm/ci/builds/5#job"
+    body = upload_body(upstream.head(), document(), ci={"provider": "buildkite", "run_url": run_url})
+    run_id = post(live_server, token, body).json()["run_id"]
+    commit = requests.get(f"{live_server.url}/api/v1/commits/{upstream.head()}", timeout=60).json()
+    (run,) = commit["runs"]
+    assert run["id"] == run_id and run["upload"] == {"provider": "buildkite", "run_url": run_url, "adapter": None}
