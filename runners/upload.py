@@ -124,7 +124,8 @@ def upload(server: str, token: str, repository: str, sha: str, platform: str, su
     if idempotency_key is not None or run is None:
         # One key for every retry of this command: a retry after a lost answer stores nothing new.
         headers["Idempotency-Key"] = idempotency_key or str(uuid.uuid4())
-    client = Client(server, token, retry=RetryPolicy(budget_s=budget_s))
+    # A long read timeout: an upload of a commit the service has not seen waits for its git fetch.
+    client = Client(server, token, retry=RetryPolicy(budget_s=budget_s), timeout_s=120.0)
     try:
         response = client.request("POST", "/runs", json=body, headers=headers)
         reply = client.check(response, "upload").json()
