@@ -6,6 +6,8 @@ history (its absolute position, see `app.git.commit_graph`), so its runs join th
 order."""
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from sqlalchemy import select
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
@@ -18,6 +20,13 @@ from app.git.mirror import CommitInfo, GitError, Mirror
 
 class GitUnavailable(APIError):
     status, error = 503, "git_unavailable"
+
+
+@dataclass(frozen=True)
+class Place:
+    """What git needs of the repository: its name (for messages) and the branch to place on."""
+    repository: str
+    default_branch: str
 
 
 def known_commit(session: Session, repository: Repository, sha: str) -> Commit | None:
@@ -33,20 +42,20 @@ def _first_parent_depth(mirror: Mirror, sha: str, tip: str) -> int | None:
     return depth if chain and chain[-1] == sha else None
 
 
-def look_up(mirror: Mirror, repository: Repository, sha: str) -> tuple[CommitInfo, int | None]:
+def look_up(mirror: Mirror, place: Place, sha: str) -> tuple[CommitInfo, int | None]:
     """The commit's metadata and its depth on the default branch (None when not on it), read
     from git before any database write; fetches the mirror when it lacks the SHA."""
     try:
         if not mirror.path.joinpath("HEAD").is_file() or not mirror.has_commit(sha):
             mirror.fetch([sha])
         if not mirror.has_commit(sha):
-            raise Invalid(f"sha: commit {sha} is not in repository {repository.name!r} (fetched from its URL)",
+            raise Invalid(f"sha: commit {sha} is not in repository {place.repository!r} (fetched from its URL)",
                           extra={"field": "sha"})
         (info,) = mirror.commit_info([sha])
-        tip = mirror.resolve_branch(repository.default_branch)
+        tip = mirror.resolve_branch(place.default_branch)
         depth = _first_parent_depth(mirror, sha, tip) if tip else None
     except GitError as exc:
-        raise GitUnavailable(f"cannot read repository {repository.name!r} to find commit {sha}: {exc}") from exc
+        raise GitUnavailable(f"cannot read repository {place.repository!r} to find commit {sha}: {exc}") from exc
     return info, depth
 
 

@@ -116,14 +116,15 @@ def store_upload(session: Session, scope: CiScope, request: UploadRequest, *, mi
     document = results_document(request, limits)
     raw = json_bytes(to_json(document))
     commit = commits.known_commit(session, repository, request.sha)
+    repository_id, suite_id = repository.id, suite.id
     found = None
     if not _usable(session, commit):
         if mirror is None:
             raise Invalid(f"sha: commit {request.sha} is unknown and repository {repository.name!r} has no mirror",
                           extra={"field": "sha"})
+        place = commits.Place(repository.name, repository.default_branch)
         session.rollback()  # no transaction stays open while git runs
-        found = commits.look_up(mirror, repository, request.sha)
-    repository_id, suite_id = repository.id, suite.id
+        found = commits.look_up(mirror, place, request.sha)
     for attempt in range(1, WRITE_ATTEMPTS + 1):
         try:
             return _write(session, scope, request, document, raw, repository_id, suite_id, commit, found)
@@ -135,7 +136,8 @@ def store_upload(session: Session, scope: CiScope, request: UploadRequest, *, mi
             if attempt == WRITE_ATTEMPTS:
                 raise
             # Another upload of the same new commits committed them first; read them and go again.
-            commit = commits.known_commit(session, session.get(Repository, repository_id), request.sha)  # type: ignore[arg-type]
+            commit = session.scalar(select(Commit).where(Commit.repository_id == repository_id,
+                                                         Commit.sha == request.sha))
     raise AssertionError("unreachable")
 
 
