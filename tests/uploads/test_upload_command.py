@@ -135,3 +135,29 @@ def test_token_create_ci_refuses_an_unknown_repository(cli_env):
 def test_token_create_ci_needs_a_repository(cli_env):
     result = invoke(cli_env, "token", "create", "--ci")
     assert result.exit_code == 2 and "--ci needs --repository" in result.output
+
+
+def test_an_admin_creates_and_revokes_ci_tokens_over_the_api(live_server, upstream, tmp_path):
+    import requests
+
+    from tests.support.service_api import admin_headers
+    created = requests.post(f"{live_server.url}/api/v1/ci-tokens", headers=admin_headers(), timeout=60,
+                            json={"repository": REPOSITORY, "platform": "cpu", "expires_in_days": 7})
+    assert created.status_code == 201, created.text
+    token = created.json()["token"]
+    assert created.json()["platform"] == "cpu" and created.json()["expires_at"]
+    results = str(write(tmp_path / "results.json", document()))
+    args = ("--repository", REPOSITORY, "--sha", upstream.head(), "--platform", "cpu", "--suite", "decode-throughput")
+    assert upload(live_server, token, *args, results).exit_code == 0
+    revoked = requests.post(f"{live_server.url}/api/v1/ci-tokens/{created.json()['id']}/revoke",
+                            headers=admin_headers(), timeout=60)
+    assert revoked.status_code == 200 and revoked.json() == {"id": created.json()["id"], "revoked": True}
+    refused = upload(live_server, token, *args, results)
+    assert refused.exit_code == 1 and "HTTP 401" in refused.stderr and "revoked" in refused.stderr
+
+
+def test_only_an_admin_creates_ci_tokens(live_server, token):
+    import requests
+    reply = requests.post(f"{live_server.url}/api/v1/ci-tokens", json={"repository": REPOSITORY},
+                          headers={"Authorization": f"Bearer {token}"}, timeout=60)
+    assert reply.status_code == 401
