@@ -102,12 +102,13 @@ class Client:
 
     def request(self, method: str, path: str, *, json: Any = None, data: bytes | str | None = None,
                 params: dict[str, Any] | None = None, token: str | None = None,
-                budget_s: float | None = None, read_timeout_s: float | None = None) -> requests.Response:
+                budget_s: float | None = None, read_timeout_s: float | None = None,
+                headers: dict[str, str] | None = None) -> requests.Response:
         """Send, retrying connection errors, timeouts and 5xx until `budget_s` has passed.
         4xx are returned to the caller (they are answers, not faults)."""
         budget = self.retry.budget_s if budget_s is None else budget_s
         deadline = time.monotonic() + budget
-        headers = {"Authorization": f"Bearer {token or self.token}"}
+        headers = {**(headers or {}), "Authorization": f"Bearer {token or self.token}"}
         if data is not None and json is None:
             headers["Content-Type"] = "application/octet-stream"
         url = f"{self.server}/api/v1{path}"

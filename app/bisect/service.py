@@ -293,6 +293,17 @@ def free_runners(session: Session, platform: str) -> int:
     return max(1, seen_runners(session, platform))
 
 
+def no_runner_note(session: Session, platform: str) -> str | None:
+    """Said plainly when no enabled runner of the platform is registered: the bisect's jobs then
+    wait until one registers, or until CI uploads results for those commits."""
+    count = session.scalar(select(func.count()).select_from(Runner).where(
+        Runner.platform == platform, Runner.disabled.is_(False)))
+    if count:
+        return None
+    return (f"no Parallax runner is registered for platform {platform!r}: this search's jobs wait in the queue "
+            "until one registers, or until CI uploads results for its commits (POST /api/v1/runs, `parallax upload`)")
+
+
 def _queue(session: Session, bisect: Bisect, suite: Suite, shas: Sequence[str], platform: str) -> list[int]:
     repository = session.get(Repository, bisect.repository_id)
     assert repository is not None
@@ -591,6 +602,7 @@ def bisect_json(session: Session, bisect: Bisect) -> dict[str, Any]:
         "monotonic": not any(s["outcome"] == "not_monotonic" for s in stages_out),
         "confirmation": confirmation, "rounds": rounds, "stages": stages_out,
         "runner_jobs": len(job_states),
+        "note": no_runner_note(session, bisect.platform) if bisect.state == BisectState.running else None,
         "created_at": as_utc(bisect.created_at).isoformat(),
         "finished_at": bisect.finished_at and as_utc(bisect.finished_at).isoformat(),
     }

@@ -26,6 +26,7 @@ COMMANDS = {
     "serve": "app.cli.serve:serve",
     "suites": "app.cli.suites:suites",
     "token": "app.cli.tokens:token",
+    "upload": "runners.upload:upload",
     "user": "app.cli.users:user",
 }
 # What `parallax --help` lists, without importing every command's dependencies (Flask,

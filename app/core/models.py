@@ -65,6 +65,7 @@ class JobReason(str, enum.Enum):
     manual = "manual"
     backfill = "backfill"
     confirm = "confirm"  # queued by detection to answer an inconclusive classification
+    upload = "upload"  # results a CI job measured and sent (POST /api/v1/runs); never claimed
 
 
 class AlertState(str, enum.Enum):
@@ -470,3 +471,39 @@ class DetectionState(Base):
     dirty: Mapped[bool] = mapped_column(Boolean, default=True, index=True)
     last_scanned_at: Mapped[datetime | None]
     description: Mapped[dict[str, Any]] = mapped_column(JSON, default=dict)
+
+
+# --- CI uploads (issue 29) ---
+
+class CiToken(Base):
+    """A token a CI job uploads results with (`parallax token create --ci`): only for its
+    repository, and only for `platform` when that is set. It cannot claim jobs or read pages."""
+
+    __tablename__ = "ci_tokens"
+    id: Mapped[int] = mapped_column(primary_key=True)
+    token_hash: Mapped[str] = mapped_column(String(64), unique=True)
+    repository_id: Mapped[int] = mapped_column(ForeignKey("repositories.id", ondelete="CASCADE"), index=True)
+    platform: Mapped[str | None] = mapped_column(String(64))  # None: any platform
+    note: Mapped[str | None] = mapped_column(String(255))
+    created_at: Mapped[datetime] = mapped_column(default=utcnow)
+    expires_at: Mapped[datetime | None]  # None: never
+    revoked: Mapped[bool] = mapped_column(Boolean, default=False)
+
+
+class CiUpload(Base):
+    """Where an uploaded run came from: the token, the CI run, the idempotency key. The key
+    (the `Idempotency-Key` header, else the CI run URL + suite + platform) is unique per
+    repository, so a retried upload finds the run it stored the first time."""
+
+    __tablename__ = "ci_uploads"
+    __table_args__ = (UniqueConstraint("repository_id", "idempotency_key"),)
+    id: Mapped[int] = mapped_column(primary_key=True)
+    repository_id: Mapped[int] = mapped_column(ForeignKey("repositories.id", ondelete="CASCADE"))
+    run_id: Mapped[int] = mapped_column(ForeignKey("runs.id", ondelete="CASCADE"), unique=True)
+    ci_token_id: Mapped[int | None] = mapped_column(ForeignKey("ci_tokens.id", ondelete="SET NULL"))
+    idempotency_key: Mapped[str | None] = mapped_column(String(255))
+    request_sha256: Mapped[str] = mapped_column(String(64))
+    provider: Mapped[str | None] = mapped_column(String(64))
+    run_url: Mapped[str | None] = mapped_column(String(1000))
+    adapter: Mapped[str | None] = mapped_column(String(64))
+    created_at: Mapped[datetime] = mapped_column(default=utcnow)

@@ -43,7 +43,7 @@ def sample_summary(samples: Sequence[float]) -> dict[str, Any]:
     return {"sample_count": n, "sample_median": middle, "sample_min": values[0], "sample_max": values[-1]}
 
 
-def store_run(session: Session, job: Job, runner_id: int, document: ResultsDocument, digest: str) -> Run:
+def store_run(session: Session, job: Job, runner_id: int | None, document: ResultsDocument, digest: str) -> Run:
     run = Run(
         job_id=job.id, attempt=job.attempt, runner_id=runner_id, commit_id=job.commit_id,
         suite_id=job.suite_id, platform=job.platform, document_sha256=digest,

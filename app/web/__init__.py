@@ -27,6 +27,7 @@ from app.web.operator_api import bp as operator_bp
 from app.web.runner_api import bp as runner_bp
 from app.web.series_api import bp as series_bp
 from app.web.session import close_request_session, mark_written
+from app.web.uploads_api import bp as uploads_bp
 from app.web.webhooks import bp as webhooks_bp
 
 
@@ -76,7 +77,7 @@ def create_app(config: Settings | dict[str, Any] | None = None, *, check_schema:
     guards.register(flask_app)
     capacity.install(flask_app, settings)
     for blueprint in (runner_bp, admin_bp, api_bp, bisect_bp, webhooks_bp, series_bp, dashboard_bp, metrics_bp,
-                      operator_bp, api_reference_bp):
+                      operator_bp, api_reference_bp, uploads_bp):
         flask_app.register_blueprint(blueprint)
 
     flask_app.after_request(mark_written)

@@ -10,7 +10,7 @@ from sqlalchemy import select
 from app.core import limits
 from app.core.clock import as_utc
 from app.core.errors import Invalid, NotFound
-from app.core.models import Commit, Job, JobLog, JobReason, Repository, Run, Suite
+from app.core.models import CiUpload, Commit, Job, JobLog, JobReason, Repository, Run, Suite
 from app.jobs import queue
 from app.web.auth import require_admin
 from app.web.bodies import json_body, require_sha
@@ -103,8 +103,11 @@ def get_commit(sha: str):  # type: ignore[no-untyped-def]
     for commit in commits:
         jobs = list(session.scalars(select(Job).where(Job.commit_id == commit.id).order_by(Job.id)))
         runs = list(session.scalars(select(Run).where(Run.commit_id == commit.id).order_by(Run.id)))
+        uploads = {u.run_id: {"provider": u.provider, "run_url": u.run_url, "adapter": u.adapter}
+                   for u in session.scalars(select(CiUpload).where(CiUpload.run_id.in_([r.id for r in runs])))}
         out.append({"repository": commit.repository.name, "sha": commit.sha, "summary": commit.summary,
-                    "jobs": [job_json(j) for j in jobs], "runs": [run_json(r) for r in runs]})
+                    "jobs": [job_json(j) for j in jobs],
+                    "runs": [dict(run_json(r), upload=uploads.get(r.id)) for r in runs]})
     return jsonify(out[0] if len(out) == 1 else {"sha": sha, "repositories": out})
 
 

@@ -28,6 +28,9 @@ SUMMARIES: dict[str | tuple[str, str], str] = {
     "/api/v1/registration-tokens/{token_id}/revoke": "Revoke a registration token (admin token)",
     "/api/v1/runners/{runner_id}/disable": "Disable a runner (admin token)",
     "/api/v1/users/{name}/disable": "Disable a user (admin token)",
+    "/api/v1/runs": "Upload results measured by an existing CI job (CI token); 201 stored, 200 a retry (Idempotency-Key)",
+    "/api/v1/ci-tokens": "Create a CI upload token {repository, platform?, note?, expires_in_days?} (admin token)",
+    "/api/v1/ci-tokens/{token_id}/revoke": "Revoke a CI upload token (admin token)",
     "/webhooks/github": "GitHub webhook receiver (push, pull_request, ping)",
     "/healthz": "Liveness and database check",
     "/api/v1/alerts": "List alerts with their changes, classification and bisects (filters: state, platform, repository)",
@@ -69,6 +72,13 @@ BODIES: dict[tuple[str, str], dict[str, Any]] = {
     ("/api/v1/registration-tokens", "post"): {"type": "object", "properties": {
         "note": {"type": "string"}, "expires_in_days": {"type": "number", "exclusiveMinimum": 0}}},
     ("/webhooks/github", "post"): OBJECT,
+    ("/api/v1/ci-tokens", "post"): {"type": "object", "required": ["repository"], "properties": {
+        "repository": {"type": "string"}, "platform": {"type": "string"}, "note": {"type": "string"},
+        "expires_in_days": {"type": "number", "exclusiveMinimum": 0}}},
+    ("/api/v1/runs", "post"): {"type": "object", "required": ["repository", "sha", "platform", "suite", "document"],
+                               "properties": {"repository": {"type": "string"}, "sha": SHA,
+                                              "platform": {"type": "string"}, "suite": {"type": "string"},
+                                              "document": OBJECT, "environment": OBJECT, "ci": OBJECT}},
 }
 TEXT_BODIES = {("/api/v1/jobs/{job_id}/logs", "post")}
 QUERIES: dict[str, list[tuple[str, bool]]] = {

@@ -14,7 +14,7 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from app.core.clock import as_utc
-from app.core.models import Alert, Bisect, Commit, Job, JobLog, Runner
+from app.core.models import Alert, Bisect, CiUpload, Commit, Job, JobLog, Run, Runner
 from app.detection.detector import DEFAULT_CONFIG
 from app.web.dash_common import (
     arg_required,
@@ -110,8 +110,18 @@ def commit_page(sha: str) -> str:
     before_shas = _shas(session, {i for i in before_ids if i is not None})
     bisects = list(session.scalars(select(Bisect).where(Bisect.alert_id.in_([a.id for a in alerts])))) if alerts else []
     return render_template("commit.html", commit=commit, repository=repository, jobs=jobs, runners=runners,
+                           uploads=_uploads(session, [j.id for j in jobs]),
                            suites=suites, alerts=alerts, bisects=bisects, before_shas=before_shas,
                            branch=repository.default_branch, durations={j.id: _duration(j) for j in jobs})
+
+
+def _uploads(session: Session, job_ids: list[int]) -> dict[int, CiUpload]:
+    """Where the uploaded runs of these jobs came from (CI provider and run), by job id."""
+    if not job_ids:
+        return {}
+    rows = session.execute(select(Run.job_id, CiUpload).join(CiUpload, CiUpload.run_id == Run.id)
+                           .where(Run.job_id.in_(job_ids)))
+    return {job_id: upload for job_id, upload in rows}
 
 
 def _shas(session: Session, ids: set[int]) -> dict[int, str]:

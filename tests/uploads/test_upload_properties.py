@@ -1,0 +1,67 @@
+"""Generated uploads (hypothesis): every body the service can be sent — results documents with
+any part replaced, tool output of any shape for any adapter, odd names and environments — is
+answered 201 or a 4xx naming the problem, never a server error, and a refused upload stores
+nothing."""
+from __future__ import annotations
+
+from typing import Any
+
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from runners.adapters.registry import ADAPTERS
+from tests.fuzz.strategies import json_scalars, json_values, results_documents
+from tests.support.github import count_rows
+from tests.support.service_api import document
+from tests.uploads.conftest import bearer, upload_body
+
+EXAMPLES = 60
+SERVICE = settings(max_examples=EXAMPLES, deadline=None, derandomize=True,
+                   suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
+
+tool_outputs = st.fixed_dictionaries({
+    "adapter": st.one_of(st.sampled_from(sorted(ADAPTERS)), json_scalars),
+    "output": st.one_of(st.text(max_size=200), json_values,
+                        st.dictionaries(st.text(min_size=1, max_size=30), st.text(max_size=200), max_size=3)),
+})
+
+
+# Valid documents with any context: the success path gets odd data too (NUL, huge numbers, nesting).
+valid_documents = st.builds(lambda context: document(context=context),
+                            st.dictionaries(st.text(max_size=10), json_values, max_size=3))
+
+
+@st.composite
+def upload_bodies(draw: st.DrawFn, sha: str) -> dict[str, Any]:
+    body = upload_body(sha, draw(st.one_of(valid_documents, valid_documents, results_documents(), tool_outputs)),
+                       platform=draw(st.sampled_from(["cpu", "cpu", "cpu", "cuda", "tpu"])),
+                       environment=draw(st.one_of(st.just({}), st.just({"driver": "570.1"}),
+                                                  st.dictionaries(st.text(max_size=10), json_values, max_size=3))),
+                       ci=draw(st.one_of(st.just({}), st.builds(lambda n: {"run_url": f"https://ci.example/runs/{n}"},
+                                                                st.integers(0, 10**6)),
+                                         st.fixed_dictionaries({"run_url": json_scalars}))))
+    if draw(st.integers(0, 3)) == 0:  # one field replaced by anything
+        body[draw(st.sampled_from(sorted(body)))] = draw(json_values)
+    return body
+
+
+def test_every_generated_upload_is_stored_or_refused_whole(app, db, token, upstream, record_examples):
+    client = app.test_client()
+    statuses: dict[int, int] = {}
+
+    @SERVICE
+    @given(st.data())
+    def check(data: st.DataObject) -> None:
+        body = data.draw(upload_bodies(upstream.head()))
+        before = count_rows(db)
+        response = client.post("/api/v1/runs", json=body, headers=bearer(token))
+        statuses[response.status_code] = statuses.get(response.status_code, 0) + 1
+        assert response.status_code in (201, 400, 422), response.get_data(as_text=True)
+        if response.status_code != 201:
+            assert response.get_json()["detail"]
+            assert count_rows(db) == before
+
+    check()
+    assert statuses.get(201), f"no generated upload was accepted: {statuses}"
+    record_examples(f"hypothesis: uploads through /api/v1/runs [{db.engine.dialect.name}]: "
+                    f"{sum(statuses.values())} ({statuses})")
