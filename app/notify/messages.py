@@ -53,8 +53,10 @@ def document(session: Session, settings: Settings, row: NotificationDelivery) ->
             raise Gone("repository no longer exists")
         alerts = session.scalars(select(Alert).where(Alert.repository_id == repository.id, Alert.state.in_(OPEN_STATES),
                                                      Alert.is_regression.is_(True)).order_by(Alert.id))
+        wanted = set(row.subject.get("platforms") or [])
+        chosen = [a for a in alerts if not wanted or wanted & {c.platform for c in a.changes}]
         return {"event": "digest", "day": row.subject.get("day"), "repository": repository.name,
-                "alerts": [alert_json(session, a) for a in alerts], "url": f"{base}/alerts"}
+                "alerts": [alert_json(session, a) for a in chosen], "url": f"{base}/alerts"}
     if row.event == "pull_request.verdict":
         pull = session.get(PullRequest, row.subject.get("pull_request_id"))
         if pull is None:

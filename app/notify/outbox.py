@@ -18,7 +18,7 @@ from sqlalchemy.orm import Session
 from app.core.clock import utcnow
 from app.core.config import NotificationSpec, Settings, current_settings
 from app.core.db import Database
-from app.core.models import Alert, AlertState, Bisect, Commit, NotificationDelivery, PullRequest, Repository
+from app.core.models import Alert, AlertChange, AlertState, Bisect, Commit, NotificationDelivery, PullRequest, Repository
 from app.github.status import enabled_for
 
 GITHUB_TARGET = "github"
@@ -110,17 +110,21 @@ def on_pull_request_verdict(session: Session, pull: PullRequest) -> None:
 
 def queue_digests(db: Database, settings: Settings | None = None) -> int:
     """The `notify-digest` duty: one message per repository with open regressions and per target
-    that takes `alert.opened` for it, once per UTC day."""
+    that takes `alert.opened` for it (and one of their platforms), once per UTC day."""
     settings = settings or current_settings()
     day = utcnow().date().isoformat()
     queued = 0
     with db.session() as session:
-        repository_ids = set(session.scalars(select(Alert.repository_id).where(
-            Alert.state.in_(OPEN_STATES), Alert.is_regression.is_(True)).distinct()))
-        for repository_id in sorted(repository_ids):
+        platforms: dict[int, set[str]] = {}
+        for repository_id, platform in session.execute(
+                select(Alert.repository_id, AlertChange.platform).join(AlertChange, AlertChange.alert_id == Alert.id)
+                .where(Alert.state.in_(OPEN_STATES), Alert.is_regression.is_(True)).distinct()):
+            platforms.setdefault(repository_id, set()).add(platform)
+        for repository_id in sorted(platforms):
             name = _repository_name(session, repository_id)
-            for spec in matching(settings, "alert.opened", name, []):
+            for spec in matching(settings, "alert.opened", name, platforms[repository_id]):
                 queued += _queue(session, key=f"{spec.name}|digest|{repository_id}|{day}", target=spec.name,
-                                 kind=spec.kind, event="digest", repository_id=repository_id, subject={"day": day})
+                                 kind=spec.kind, event="digest", repository_id=repository_id,
+                                 subject={"day": day, "platforms": list(spec.platforms)})
         session.commit()
     return queued
