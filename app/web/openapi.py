@@ -29,6 +29,9 @@ SUMMARIES = {
     "/api/v1/users/{name}/disable": "Disable a user (admin token)",
     "/webhooks/github": "GitHub webhook receiver (push, pull_request, ping)",
     "/healthz": "Liveness and database check",
+    "/api/v1/alerts/{alert_id}": "One alert with its explanation (what changed, files, timelines)",
+    "/api/v1/jobs/{job_id}/artifacts": "Upload one artifact (?name=, raw body; holder; 413 past the cap) or list them",
+    "/api/v1/jobs/{job_id}/artifacts/{name}": "Download one artifact (the file's own bytes)",
 }
 SHA = {"type": "string", "pattern": "^[0-9a-f]{40}$"}
 ATTEMPT = {"type": "integer", "minimum": 1}
@@ -54,11 +57,15 @@ BODIES: dict[tuple[str, str], dict[str, Any]] = {
     ("/webhooks/github", "post"): OBJECT,
 }
 TEXT_BODIES = {("/api/v1/jobs/{job_id}/logs", "post")}
+BINARY_BODIES = {("/api/v1/jobs/{job_id}/artifacts", "post")}
+BINARY_RESPONSES = {"/api/v1/jobs/{job_id}/artifacts/{name}"}
 QUERIES: dict[str, list[tuple[str, bool]]] = {
     "/api/v1/series": [("repository", True), ("suite", True), ("metric", True), ("platform", True),
                        ("branch", False), ("context_fingerprint", False)],
     "/api/v1/alerts": [("state", False), ("platform", False), ("repository", False)],
     "/api/v1/commits/{sha}": [("repository", False)],
+    "/api/v1/jobs/{job_id}/artifacts": [("name", False), ("attempt", False)],
+    "/api/v1/jobs/{job_id}/artifacts/{name}": [("attempt", False)],
 }
 # 2xx bodies that are not a JSON object.
 ARRAY_RESPONSES = {"/api/v1/suites"}
@@ -100,6 +107,12 @@ def _operation(rule: Rule, path: str, method: str) -> dict[str, Any]:
             "application/json": {"schema": BODIES[(path, method)]}}}
     elif (path, method) in TEXT_BODIES:
         operation["requestBody"] = {"required": True, "content": {"text/plain": {"schema": {"type": "string"}}}}
+    elif (path, method) in BINARY_BODIES:
+        operation["requestBody"] = {"required": True, "content": {"application/octet-stream": {
+            "schema": {"type": "string", "format": "binary"}}}}
+    if path in BINARY_RESPONSES:
+        operation["responses"]["2XX"] = {"description": "the artifact's bytes", "content": {
+            "*/*": {"schema": {"type": "string", "format": "binary"}}}}
     if path == "/api/v1/jobs/claim":
         operation["responses"]["204"] = {"description": "no job within wait_s"}
     return operation
