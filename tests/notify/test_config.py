@@ -53,6 +53,8 @@ def test_webhook_and_slack_targets_load(tmp_path):
      r"platforms: unknown platform 'tpu'"),
     ('kind = "webhook"\nurl = "https://x.example"\nevents = ["alert.opened"]\nchannel = "#perf"', r"unknown key\(s\) 'channel'"),
     ('kind = "webhook"\nevents = ["alert.opened"]', r"missing required key 'url'"),
+    ('name = "a"\nkind = "slack"\nurl = "https://x.example"\nevents = ["alert.opened"]\n\n[[notifications]]\n'
+     'name = "a"\nkind = "slack"\nurl = "https://y.example"\nevents = ["alert.fixed"]', r"notifications\[1\]\.name: 'a' is used"),
 ])
 def test_a_bad_target_is_refused_at_load_naming_the_key(tmp_path, entry, message):
     with pytest.raises(ConfigError, match=message):
