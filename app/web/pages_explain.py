@@ -39,11 +39,11 @@ def alert_page(alert_id: int) -> str:
     settings = current_app.extensions["parallax.settings"]
     explanation = explain_alert(session, settings, alert)
     timelines = (explanation or {}).get("timelines") or {}
-    drawings = {}
-    for which in ("good", "culprit"):
-        entry = timelines.get(which)
-        sha = explanation["good"] if which == "good" else explanation["culprit"]  # type: ignore[index]
-        drawings[which] = _drawing(session, entry, f"{timelines.get('platform')} timeline at {which} {sha[:10] if sha else ''}")
+    drawings: dict[str, dict[str, Any] | None] = {"good": None, "culprit": None}
+    if explanation is not None:
+        for which in drawings:
+            label = f"{timelines.get('platform')} timeline at {which} {(explanation[which] or '')[:10]}"
+            drawings[which] = _drawing(session, timelines.get(which), label)
     ids = {alert.bad_commit_id} | ({alert.good_commit_id} if alert.good_commit_id else set())
     commits = {c.id: c for c in session.scalars(select(Commit).where(Commit.id.in_(ids)))}
     bisects = list(session.scalars(select(Bisect).where(Bisect.alert_id == alert.id).order_by(Bisect.id)))

@@ -10,6 +10,7 @@ from app.git.mirror import Mirror
 from app.git.workdir import git
 from tests.detection.builder import Builder
 from tests.explain.histories import barrier_on_rocm
+from tests.support.service_api import open_alert
 from tests.support.settings import make_settings
 
 
@@ -84,3 +85,14 @@ def test_without_a_mirror_the_files_are_missing_with_the_reason(client, build, d
 
 def test_an_unknown_alert_is_404(client):
     assert client.get("/api/v1/alerts/999").status_code == 404
+
+
+def test_the_alert_page_of_an_alert_without_changes_says_there_is_nothing_to_compare(client, db):
+    page = client.get(f"/alerts/{open_alert(db)}")
+    assert page.status_code == 200 and "Nothing to compare yet." in page.get_data(as_text=True)
+
+
+def test_the_alert_page_without_timelines_says_so(client, build, db):
+    alert_id = barrier_on_rocm(build, db, build.branch(30), 20)
+    page = client.get(f"/alerts/{alert_id}").get_data(as_text=True)
+    assert "sync_policy.war_barrier false → true on rocm" in page and "No timeline artifacts" in page
