@@ -13,7 +13,7 @@ from tests.github.fake_github import FakeGitHub
 from tests.support.settings import make_settings
 
 SECRET = "webhook-secret"
-EVENTS = ("alert.opened", "alert.fixed", "bisect.done")
+EVENTS = ("alert.opened", "alert.fixed", "bisect.done", "pull_request.verdict")
 
 
 @pytest.fixture

@@ -8,8 +8,9 @@ import pytest
 from sqlalchemy import select
 
 from app.bisect.service import _finish
+from app.core import signals
 from app.core.config import NotificationSpec, use_settings
-from app.core.models import Bisect, BisectState, Commit, NotificationDelivery
+from app.core.models import Bisect, BisectState, Commit, NotificationDelivery, PullRequest
 from app.detection.service import scan_dirty
 from app.notify.outbox import queue_digests
 from app.notify.sender import send_due
@@ -81,3 +82,18 @@ def test_the_daily_digest_is_one_message_per_repository_and_day(db, settings, en
     assert digest["repository"] == "demo/engine" and [a["changes"][0]["platform"] for a in digest["alerts"]] == ["rocm"]
     with db.session() as session:
         assert session.scalar(select(NotificationDelivery.state).where(NotificationDelivery.event == "digest")) == "sent"
+
+
+def test_a_pull_request_verdict_is_sent_to_targets_that_asked(db, settings, endpoint):
+    build = Builder(db)
+    with use_settings(settings), db.session() as session:
+        pull = PullRequest(repository_id=build.repository_id, number=42, title="Barrier on ROCm", base_branch="main")
+        session.add(pull)
+        session.flush()
+        signals.pull_request_verdict.send(session, pull=pull)
+        session.commit()
+    send_due(db, settings)
+    (hook,) = [json.loads(r.raw) for r in endpoint.requests if r.path == "/hook"]
+    assert hook["event"] == "pull_request.verdict"
+    assert hook["pull_request"] == {"repository": "demo/engine", "number": 42, "title": "Barrier on ROCm", "state": "open"}
+    assert hook["url"] == "http://parallax.test/api/v1/pulls/demo/engine/42"
