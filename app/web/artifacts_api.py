@@ -19,6 +19,7 @@ from app.web.runner_api import attempt_arg
 from app.web.session import request_session
 
 bp = Blueprint("artifacts_api", __name__, url_prefix="/api/v1")
+SERVED_TYPES = ("application/json", "application/octet-stream", "text/plain")
 
 
 @bp.post("/jobs/<id:job_id>/artifacts")
@@ -52,7 +53,10 @@ def download_artifact(job_id: int, name: str):  # type: ignore[no-untyped-def]
     row = artifacts.fetch(session, job_id, name, attempt)
     if row is None:
         raise NotFound(f"job {job_id} has no artifact {name!r}" + (f" from attempt {attempt}" if attempt else ""))
-    response = Response(row.data, mimetype=row.content_type)
+    # Whatever type the runner claimed, the file is served as a download and never as a page of
+    # this origin (an uploaded text/html would otherwise run as the dashboard).
+    mimetype = row.content_type if row.content_type in SERVED_TYPES else "application/octet-stream"
+    response = Response(row.data, mimetype=mimetype)
     response.headers["Content-Disposition"] = f'attachment; filename="job-{job_id}-{row.attempt}-{row.name}"'
     response.headers["X-Content-Type-Options"] = "nosniff"
     return response

@@ -66,6 +66,15 @@ def test_an_artifact_over_the_cap_is_413_and_the_results_still_complete(client, 
     assert completed.status_code == 201
 
 
+def test_an_html_artifact_is_served_as_a_download_not_a_page(client, held):
+    job, headers = held
+    client.post(f"/api/v1/jobs/{job['id']}/artifacts?name=report.html", data=b"<script>alert(1)</script>",
+                headers={**headers, "Content-Type": "text/html"})
+    download = client.get(f"/api/v1/jobs/{job['id']}/artifacts/report.html")
+    assert download.mimetype == "application/octet-stream"
+    assert download.headers["Content-Disposition"].startswith("attachment")
+
+
 @pytest.mark.parametrize("name", ["../etc/passwd", ".hidden", "a b", "x" * 129, ""])
 def test_a_bad_artifact_name_is_422(client, held, name):
     job, headers = held
