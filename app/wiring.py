@@ -13,7 +13,9 @@ from app.core.duties import Duty
 from app.detection import service as detection
 from app.github import ingest
 from app.github import status as github_status
-from app.jobs import queue
+from app.jobs import artifacts, queue
+from app.notify import outbox as notify_outbox
+from app.notify import sender as notify_sender
 from app.retention import prune
 
 
@@ -23,9 +25,14 @@ def connect() -> None:
     signals.run_stored.connect(detection.on_run_stored)
     signals.run_stored.connect(github_status.on_run_stored)
     signals.job_failed.connect(github_status.on_job_failed)
+    signals.alert_opened.connect(notify_outbox.on_alert_opened)
+    signals.alert_fixed.connect(notify_outbox.on_alert_fixed)
+    signals.bisect_done.connect(notify_outbox.on_bisect_done)
+    signals.pull_request_verdict.connect(notify_outbox.on_pull_request_verdict)
 
 
 def duties() -> list[Duty]:
     """Every background duty: lease reaping, webhook processing, commit statuses, detection, bisect,
-    retention."""
-    return [*queue.DUTIES, *ingest.DUTIES, *github_status.DUTIES, *detection.DUTIES, *bisect.DUTIES, *prune.DUTIES]
+    notifications, artifact and sample retention."""
+    return [*queue.DUTIES, *ingest.DUTIES, *github_status.DUTIES, *detection.DUTIES, *bisect.DUTIES,
+            *notify_sender.DUTIES, *artifacts.DUTIES, *prune.DUTIES]

@@ -38,6 +38,10 @@ SECRET_ENV = ("PARALLAX_REGISTRATION_TOKEN", "PARALLAX_RUNNER_TOKEN", "PARALLAX_
 # The `kind` sent with /fail when the suite's setup failed: the commit could not be built, so
 # detection has no measurement to use and a bisect skips the commit.
 BUILD_FAILURE = "build"
+# Files a job leaves under $PARALLAX_OUTPUT_DIR/artifacts/ go up beside its results (docs/runner.md).
+ARTIFACTS_DIR = "artifacts"
+ARTIFACT_NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
+MAX_ARTIFACTS = 16
 
 
 def suite_env(job: dict[str, Any]) -> dict[str, str]:
@@ -384,6 +388,8 @@ class Agent:
             shipper.write(f"[parallax-runner] runner {self.identity.runner_id} ({self.identity.name}) runs job "
                           f"{state.job_id} attempt {state.attempt}: {job.get('suite')} at {job.get('commit')}\n")
             verdict = self.execute_job(job, state, shipper, results_path)
+            if verdict[0] == "complete":
+                self.upload_artifacts(state, shipper)
             shipper.close(timeout_s=min(30.0, self.upload_budget()))
             self.report(job, state, verdict, shipper)
         except Exception as exc:  # a bug must not kill a runner that has to run for weeks
@@ -597,6 +603,39 @@ class Agent:
             data["context"] = {**document.context, "env": suite_env(job)}
             raw = json.dumps(data, allow_nan=False).encode()
         return ("complete", raw)
+
+    def upload_artifacts(self, state: "JobState", shipper: execute.LogShipper) -> int:
+        """Upload the files the job left under $PARALLAX_OUTPUT_DIR/artifacts/ (a simulator
+        timeline, a profiler trace) before its results. A file the service refuses (over its
+        size cap: 413) is named in the job log and skipped; the results go up regardless.
+        With several repeats, each run's files are named run-<n>-<name>."""
+        assert self.client is not None
+        if state.output_root is None:
+            return 0
+        runs = sorted((d for d in state.output_root.glob("run-*") if (d / ARTIFACTS_DIR).is_dir()),
+                      key=lambda d: int(d.name.split("-")[1]) if d.name.split("-")[1].isdigit() else 0)
+        files = [(run, path) for run in runs for path in sorted((run / ARTIFACTS_DIR).iterdir())
+                 if path.is_file() and not path.is_symlink()]
+        kept = 0
+        for run, path in files[:MAX_ARTIFACTS]:
+            name = path.name if len(runs) == 1 else f"{run.name}-{path.name}"
+            if not ARTIFACT_NAME_RE.match(name):
+                shipper.write(f"[parallax-runner] artifact {path.name!r} skipped: use letters, digits, '.', '_' or '-'\n")
+                continue
+            content_type = "application/json" if name.endswith(".json") else "application/octet-stream"
+            try:
+                self.client.upload_artifact(state.job_id, state.attempt, name, path.read_bytes(), content_type,
+                                            budget_s=min(120.0, self.upload_budget()))
+                kept += 1
+                shipper.write(f"[parallax-runner] artifact {name} uploaded ({path.stat().st_size} bytes)\n")
+            except LeaseLost:
+                raise
+            except (ServiceError, OSError) as exc:
+                shipper.write(f"[parallax-runner] artifact {name} not kept: {exc}\n")
+        if len(files) > MAX_ARTIFACTS:
+            shipper.write(f"[parallax-runner] {len(files) - MAX_ARTIFACTS} more artifact(s) not uploaded "
+                          f"(at most {MAX_ARTIFACTS} per job)\n")
+        return kept
 
     def report(self, job: dict[str, Any], state: "JobState", verdict: tuple[Any, ...],
                shipper: execute.LogShipper) -> None:

@@ -103,14 +103,15 @@ class Client:
     def request(self, method: str, path: str, *, json: Any = None, data: bytes | str | None = None,
                 params: dict[str, Any] | None = None, token: str | None = None,
                 budget_s: float | None = None, read_timeout_s: float | None = None,
-                headers: dict[str, str] | None = None) -> requests.Response:
+                headers: dict[str, str] | None = None,
+                content_type: str = "application/octet-stream") -> requests.Response:
         """Send, retrying connection errors, timeouts and 5xx until `budget_s` has passed.
         4xx are returned to the caller (they are answers, not faults)."""
         budget = self.retry.budget_s if budget_s is None else budget_s
         deadline = time.monotonic() + budget
         headers = {**(headers or {}), "Authorization": f"Bearer {token or self.token}"}
         if data is not None and json is None:
-            headers["Content-Type"] = "application/octet-stream"
+            headers.setdefault("Content-Type", content_type)
         url = f"{self.server}/api/v1{path}"
         attempt = 0
         while True:
@@ -181,6 +182,15 @@ class Client:
                                 params={"attempt": attempt}, budget_s=budget_s)
         self.check(response, f"complete job {job_id}")
         return response.status_code
+
+    def upload_artifact(self, job_id: int, attempt: int, name: str, data: bytes, content_type: str,
+                        budget_s: float | None = None) -> dict[str, Any]:
+        """Keep one file beside the job's results (201 new, 200 already kept); a 413 past the
+        service's cap raises ServiceError and leaves the job alone."""
+        response = self.request("POST", f"/jobs/{job_id}/artifacts", data=data,
+                                params={"attempt": attempt, "name": name}, budget_s=budget_s,
+                                content_type=content_type)
+        return self.check(response, f"artifact {name} of job {job_id}").json()
 
     def fail(self, job_id: int, attempt: int, reason: str, retryable: bool, *, handback: bool = False,
              kind: str | None = None, budget_s: float | None = None) -> dict[str, Any]:

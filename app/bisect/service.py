@@ -16,10 +16,11 @@ from datetime import timedelta
 from typing import Any, Sequence
 
 from sqlalchemy import func, select
-from sqlalchemy.orm import Session
+from sqlalchemy.orm import Session, object_session
 
 from app.bisect.search import Decision, Point, decide
 from app.bisect.stats import Verdict, compare, noise_scale, standardised
+from app.core import signals
 from app.core.clock import as_utc, utcnow
 from app.core.config import Settings, current_settings
 from app.core.db import Database, get_or_create
@@ -482,6 +483,9 @@ def _finish(bisect: Bisect, state: BisectState, reason: str) -> str:
     bisect.reason = reason
     bisect.finished_at = bisect.updated_at = utcnow()
     log.info("bisect finished", extra={"px_bisect": bisect.id, "px_state": state.value})
+    session = object_session(bisect)
+    if state == BisectState.done and session is not None:
+        signals.bisect_done.send(session, bisect=bisect)
     return state.value
 
 

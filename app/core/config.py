@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
 from typing import Any, Callable, Iterator, Mapping, TypeVar
+from urllib.parse import urlsplit
 
 from runners.adapters.registry import ADAPTERS
 
@@ -68,6 +69,24 @@ class RetentionRule:
     after_days: float
 
 
+NOTIFICATION_EVENTS = ("alert.opened", "alert.fixed", "bisect.done", "pull_request.verdict")
+NOTIFICATION_KINDS = ("webhook", "slack")
+NOTIFICATION_KEYS = frozenset({"name", "kind", "url", "events", "repository", "platforms", "secret"})
+
+
+@dataclass(frozen=True)
+class NotificationSpec:
+    """One `[[notifications]]` target (contract in DESIGN.md); `name` defaults to notifications[i]."""
+
+    name: str
+    kind: str
+    url: str
+    events: tuple[str, ...]
+    repository: str | None = None
+    platforms: tuple[str, ...] = ()
+    secret: str | None = field(default=None, repr=False)
+
+
 @dataclass(frozen=True)
 class Settings:
     database_url: str = DEFAULT_DATABASE_URL
@@ -109,6 +128,10 @@ class Settings:
     retention: tuple[RetentionRule, ...] = ()  # issue 30: app.retention
     # A streaming replica for dashboard pages and read APIs (app.web.session); None: the primary.
     read_database_url: str | None = None
+    # Notifications and job artifacts (docs/notify.md).
+    notifications: tuple[NotificationSpec, ...] = ()
+    max_artifact_bytes: int = 16_000_000
+    artifact_retention_days: float = 30.0
 
     def suite(self, name: str) -> SuiteSpec | None:
         return next((s for s in self.suites if s.name == name), None)
@@ -276,6 +299,56 @@ def parse_retention(tables: Any, source: str) -> tuple[RetentionRule, ...]:
     return tuple(rules.values())
 
 
+def parse_notifications(tables: Any, source: str, known_platforms: tuple[str, ...]) -> tuple[NotificationSpec, ...]:
+    """The `[[notifications]]` tables, checked: a typo in a URL or an event name would silently
+    tell nobody, so each is refused with the entry and key it concerns."""
+    if not isinstance(tables, list):
+        raise ConfigError(f"{source}: notifications must be an array of tables ([[notifications]])")
+    specs: list[NotificationSpec] = []
+    for i, table in enumerate(tables):
+        where = f"{source}: notifications[{i}]"
+        if not isinstance(table, dict):
+            raise ConfigError(f"{where} must be a table")
+        unknown = sorted(set(table) - NOTIFICATION_KEYS)
+        if unknown:
+            raise ConfigError(f"{where}: unknown key(s) {', '.join(map(repr, unknown))}; known: "
+                              f"{', '.join(sorted(NOTIFICATION_KEYS))}")
+        kind = _require(table, "kind", where, str)
+        if kind not in NOTIFICATION_KINDS:
+            raise ConfigError(f"{where}.kind must be one of {', '.join(NOTIFICATION_KINDS)}, got {kind!r}")
+        url = _require(table, "url", where, str)
+        parts = urlsplit(url)
+        if parts.scheme not in ("http", "https") or not parts.netloc:
+            raise ConfigError(f"{where}.url must be an http:// or https:// URL, got {url!r}")
+        events = _require(table, "events", where, list)
+        if not events:
+            raise ConfigError(f"{where}.events must name at least one of {', '.join(NOTIFICATION_EVENTS)}")
+        for event in events:
+            if event not in NOTIFICATION_EVENTS:
+                raise ConfigError(f"{where}.events: unknown event {event!r}; known: {', '.join(NOTIFICATION_EVENTS)}")
+        platforms = table.get("platforms", [])
+        if not isinstance(platforms, list) or not all(isinstance(p, str) for p in platforms):
+            raise ConfigError(f"{where}.platforms must be a list of platform names")
+        for platform in platforms:
+            if platform not in known_platforms:
+                raise ConfigError(f"{where}.platforms: unknown platform {platform!r}; known: {', '.join(known_platforms)}")
+        repository = table.get("repository")
+        if repository is not None and (not isinstance(repository, str) or not repository):
+            raise ConfigError(f"{where}.repository must be a repository name")
+        secret = table.get("secret")
+        if secret is not None and (kind != "webhook" or not isinstance(secret, str) or not secret):
+            raise ConfigError(f"{where}.secret: a non-empty string, for kind = \"webhook\" only "
+                              "(a Slack incoming-webhook URL is its own secret)")
+        name = table.get("name", f"notifications[{i}]")
+        if not isinstance(name, str) or not name or len(name) > 100:
+            raise ConfigError(f"{where}.name must be a string of 1 to 100 characters")
+        if any(spec.name == name for spec in specs):
+            raise ConfigError(f"{where}.name: {name!r} is used by an earlier entry")
+        specs.append(NotificationSpec(name=name, kind=kind, url=url, events=tuple(dict.fromkeys(events)),
+                                      repository=repository, platforms=tuple(platforms), secret=secret))
+    return tuple(specs)
+
+
 def load_settings(env: Mapping[str, str] | None = None, **overrides: Any) -> Settings:
     """Build settings from the environment (default: os.environ) and the catalogue file."""
     env = os.environ if env is None else env
@@ -308,6 +381,8 @@ def load_settings(env: Mapping[str, str] | None = None, **overrides: Any) -> Set
         "claim_notify": _bool_env(env, "PARALLAX_CLAIM_NOTIFY", True),
         "home_max_age_s": _float_env(env, "PARALLAX_HOME_MAX_AGE_S", 5.0, minimum=0.0),
         "read_database_url": env.get("PARALLAX_READ_DATABASE_URL") or None,
+        "max_artifact_bytes": _int_env(env, "PARALLAX_MAX_ARTIFACT_BYTES", 16_000_000, positive=True),
+        "artifact_retention_days": _float_env(env, "PARALLAX_ARTIFACT_RETENTION_DAYS", 30.0, positive=True),
     }
     config_path = overrides.pop("config_path", None) or env.get("PARALLAX_CONFIG")
     if config_path is None and Path("parallax.toml").is_file():
@@ -321,6 +396,8 @@ def load_settings(env: Mapping[str, str] | None = None, **overrides: Any) -> Set
         except tomllib.TOMLDecodeError as exc:
             raise ConfigError(f"{config_path}: not valid TOML: {exc}") from exc
         values.update(parse_catalogue(data, source=str(config_path)))
+        values["notifications"] = parse_notifications(data.get("notifications", []), str(config_path),
+                                                      values["platforms"])
         values["config_path"] = str(path)
     values.update(overrides)
     return Settings(**values)

@@ -19,6 +19,7 @@ from sqlalchemy import (
     ForeignKey,
     Index,
     Integer,
+    LargeBinary,
     MetaData,
     String,
     Text,
@@ -507,3 +508,47 @@ class CiUpload(Base):
     run_url: Mapped[str | None] = mapped_column(String(1000))
     adapter: Mapped[str | None] = mapped_column(String(64))
     created_at: Mapped[datetime] = mapped_column(default=utcnow)
+
+
+# --- notifications and artifacts (issue 28) ---
+
+
+class JobArtifact(Base):
+    """A file a job uploaded beside its results document (a simulator timeline, a profiler
+    trace): kept apart from the measurements, size-capped per file, removed after the retention."""
+
+    __tablename__ = "job_artifacts"
+    __table_args__ = (UniqueConstraint("job_id", "attempt", "name"),)
+    id: Mapped[int] = mapped_column(primary_key=True)
+    job_id: Mapped[int] = mapped_column(ForeignKey("jobs.id", ondelete="CASCADE"), index=True)
+    attempt: Mapped[int] = mapped_column(Integer)
+    name: Mapped[str] = mapped_column(String(128))
+    content_type: Mapped[str] = mapped_column(String(128))
+    size_bytes: Mapped[int] = mapped_column(Integer)
+    sha256: Mapped[str] = mapped_column(String(64))
+    data: Mapped[bytes] = mapped_column(LargeBinary)
+    created_at: Mapped[datetime] = mapped_column(default=utcnow, index=True)
+
+
+class NotificationDelivery(Base):
+    """Outbox of messages to people: one row per (configured target, event, subject). The body is
+    rendered at the first attempt and kept, so retries send the same bytes; `state` is pending,
+    sent, skipped (nothing to say, e.g. no merged pull request) or dead (gave up; `last_error` says why)."""
+
+    __tablename__ = "notification_deliveries"
+    id: Mapped[int] = mapped_column(primary_key=True)
+    dedupe_key: Mapped[str] = mapped_column(String(255), unique=True)
+    target: Mapped[str] = mapped_column(String(128))  # the [[notifications]] entry's name, or "github"
+    kind: Mapped[str] = mapped_column(String(32))  # webhook / slack / github_comment
+    event: Mapped[str] = mapped_column(String(64))
+    repository_id: Mapped[int | None] = mapped_column(ForeignKey("repositories.id", ondelete="CASCADE"))
+    alert_id: Mapped[int | None] = mapped_column(ForeignKey("alerts.id", ondelete="CASCADE"))
+    bisect_id: Mapped[int | None] = mapped_column(ForeignKey("bisects.id", ondelete="CASCADE"))
+    subject: Mapped[dict[str, Any]] = mapped_column(JSON, default=dict)
+    body: Mapped[str | None] = mapped_column(Text)
+    state: Mapped[str] = mapped_column(String(16), default="pending", index=True)
+    attempts: Mapped[int] = mapped_column(Integer, default=0)
+    next_attempt_at: Mapped[datetime] = mapped_column(default=utcnow)
+    last_error: Mapped[str | None] = mapped_column(Text)
+    created_at: Mapped[datetime] = mapped_column(default=utcnow)
+    sent_at: Mapped[datetime | None]

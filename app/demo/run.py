@@ -448,6 +448,19 @@ def _confirmation(confirmed: dict[str, Any]) -> str:
     return f"confirmed {confirmed['scope']} ({verdicts})"
 
 
+def explanation_lines(explanation: dict[str, Any] | None, base: str) -> list[str]:
+    """What changed at the culprit (the alert's `explanation` summary) and where the two stream
+    timelines (last good, culprit) can be downloaded, for the summary."""
+    if not explanation:
+        return []
+    lines = [f"    what changed: {explanation['summary']}"]
+    timelines = explanation.get("timelines") or {}
+    found = [f"{which} {base}{entry['url']}" for which in ("good", "culprit") if (entry := timelines.get(which))]
+    if found:
+        lines.append(f"    timelines ({timelines.get('platform')}): " + " · ".join(found))
+    return lines
+
+
 def _describe(alert: dict[str, Any], base: str, repo: EngineRepository) -> str:
     change = _headline(alert)
     platforms = ", ".join(change["platforms"])
@@ -470,6 +483,9 @@ def _describe(alert: dict[str, Any], base: str, repo: EngineRepository) -> str:
         lines.append(f"    culprit {culprit[:10]}: {story.message if story else '?'}")
     elif suspects:
         lines.append(f"    {len(suspects)} suspect commits, no single culprit yet")
+    if alert["kind"] == "performance":
+        detail = requests.get(f"{base}/api/v1/alerts/{alert['id']}", timeout=60).json()
+        lines += explanation_lines(detail.get("explanation"), base)
     if alert["state"] == "fixed":
         lines.append("    fixed: later commits are back where they were")
     return "\n".join(lines)

@@ -30,6 +30,7 @@ from sqlalchemy.dialects.postgresql import insert as postgresql_insert
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.orm import Session
 
+from app.core import signals
 from app.core.clock import utcnow
 from app.core.db import Database
 from app.core.duties import Duty
@@ -339,6 +340,8 @@ def _new_change(session: Session, series: Series, *, kind: str, good_index: int 
         _report_status(session, series, bad.sha, relative_change, classification, kind, before, after)
     else:
         _restore(session, series, change, report)
+    if created and regression:
+        signals.alert_opened.send(session, alert=alert)
     log.info("alert change recorded", extra={"px_alert": alert.id, "px_new_alert": created,
                                              "px_metric": key.metric, "px_platform": key.platform})
     return change
@@ -387,6 +390,7 @@ def _restore(session: Session, series: Series, improvement: AlertChange, report:
             alert.state = AlertState.fixed
             alert.updated_at = utcnow()
             report.fixed.append(alert.id)
+            signals.alert_fixed.send(session, alert=alert)
 
 
 def _report_status(session: Session, series: Series, sha: str, relative_change: float, classification: str,

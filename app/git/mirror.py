@@ -164,6 +164,16 @@ class Mirror:
                 *(require_sha(s) for s in shas), "--"]
         return _parse_log(self._git(*args).stdout)
 
+    def numstat(self, base: str, head: str) -> list[tuple[str, int | None, int | None]]:
+        """(path, lines added, lines deleted) of every file that differs from `base` to `head`;
+        None for both counts of a binary file."""
+        out = self._git("diff", "--numstat", "--no-renames", require_sha(base), require_sha(head), "--").stdout
+        files = []
+        for line in out.splitlines():
+            added, deleted, path = line.split("\t", 2)
+            files.append((path, int(added) if added.isdigit() else None, int(deleted) if deleted.isdigit() else None))
+        return files
+
 
 def check_ref(mirror: Mirror, ref: str) -> str:
     """A full ref name git accepts (no `..`, no leading dash, no control characters)."""

@@ -20,6 +20,7 @@ from app.web import capacity, errors, guards, routing
 from app.web.admin_api import bp as admin_bp
 from app.web.api import bp as api_bp
 from app.web.api_reference import bp as api_reference_bp
+from app.web.artifacts_api import bp as artifacts_bp
 from app.web.bisect_api import bp as bisect_bp
 from app.web.dashboard import bp as dashboard_bp
 from app.web.metrics import bp as metrics_bp
@@ -77,7 +78,7 @@ def create_app(config: Settings | dict[str, Any] | None = None, *, check_schema:
     guards.register(flask_app)
     capacity.install(flask_app, settings)
     for blueprint in (runner_bp, admin_bp, api_bp, bisect_bp, webhooks_bp, series_bp, dashboard_bp, metrics_bp,
-                      operator_bp, api_reference_bp, uploads_bp):
+                      operator_bp, api_reference_bp, uploads_bp, artifacts_bp):
         flask_app.register_blueprint(blueprint)
 
     flask_app.after_request(mark_written)

@@ -1,4 +1,5 @@
-"""`POST /api/v1/bisects` (start a bisect; admin or user token) and `GET /api/v1/bisects/<id>`.
+"""`POST /api/v1/bisects` (start a bisect; admin or user token) and `GET /api/v1/bisects/<id>` (with
+its `explanation`, app.explain.service, once finished).
 
 Starting one answers 202 at once with the bisect `pending`: the bisect duty fetches the git
 mirror and checks good and bad there (a fetch can take minutes under load), then the state
@@ -10,8 +11,9 @@ from flask import Blueprint, jsonify
 from app.bisect import service
 from app.core.errors import NotFound
 from app.core.models import Bisect
+from app.explain.service import explain_bisect
 from app.web.auth import require_maintainer
-from app.web.bodies import json_body
+from app.web.bodies import json_body, settings
 from app.web.session import request_session
 
 bp = Blueprint("bisects", __name__)
@@ -37,4 +39,4 @@ def get_bisect(bisect_id: int):  # type: ignore[no-untyped-def]
     bisect = session.get(Bisect, bisect_id)
     if bisect is None:
         raise NotFound(f"bisect {bisect_id} does not exist")
-    return jsonify(service.bisect_json(session, bisect))
+    return jsonify({**service.bisect_json(session, bisect), "explanation": explain_bisect(session, settings(), bisect)})

@@ -2,7 +2,8 @@
 
 `/` (open alerts, fleet health, commit x platform matrix with deltas), `/series` (interactive
 chart), `/commits/<sha>`, `/compare?repository=&a=&b=`, `/jobs/<id>`, `/alerts` (filters and
-triage), `/bisects`, `/bisects/<id>`, `/runners`, `/deliveries`, `/signin`, `/signout`. The pages live in
+triage), `/alerts/<id>` (explanation, timelines), `/notifications` (the outbox),
+`/bisects`, `/bisects/<id>`, `/runners`, `/deliveries`, `/signin`, `/signout`. The pages live in
 `pages_*` modules; this one registers them and applies what holds for every page: reading is
 public unless `dashboard_public` is off, every POST carries the session's CSRF token, and every
 response carries a Content-Security-Policy of default-src 'self' (no inline script or style
@@ -15,7 +16,17 @@ from typing import Any
 from flask import Blueprint, redirect, request, url_for
 from werkzeug.wrappers import Response
 
-from app.web import pages_alerts, pages_bisect, pages_commit, pages_home, pages_operator, pages_runners, pages_series
+from app.web import (
+    pages_alerts,
+    pages_bisect,
+    pages_commit,
+    pages_explain,
+    pages_home,
+    pages_notify,
+    pages_operator,
+    pages_runners,
+    pages_series,
+)
 from app.web.dash_common import FILTERS, PALETTE
 from app.web.dash_signin import check_csrf, csrf_token, current_user, reading_allowed, signin_page, signout
 
@@ -36,6 +47,8 @@ bp.add_url_rule("/compare", "compare_page", pages_commit.compare_page)
 bp.add_url_rule("/jobs/<id:job_id>", "job_page", pages_commit.job_page)
 bp.add_url_rule("/alerts", "alerts_page", pages_alerts.alerts_page)
 bp.add_url_rule("/alerts/<id:alert_id>/triage", "triage", pages_alerts.triage, methods=["POST"])
+bp.add_url_rule("/alerts/<id:alert_id>", "alert_page", pages_explain.alert_page)
+bp.add_url_rule("/notifications", "notifications_page", pages_notify.notifications_page)
 bp.add_url_rule("/bisects", "bisects_page", pages_bisect.bisects_page)
 bp.add_url_rule("/bisects/<id:bisect_id>", "bisect_page", pages_bisect.bisect_page)
 bp.add_url_rule("/runners", "runners_page", pages_runners.runners_page)

@@ -2,7 +2,7 @@
 
 Service-wide numbers are read from the database at scrape time, so every instance and every
 worker process reports the same values: queue depth and oldest queued job age per platform,
-claims, completes and failures (from `job_attempts`), webhook deliveries by state, and how long
+claims, completes and failures (from `job_attempts`), webhook deliveries by state, notification outbox rows by state, and how long
 ago each background duty last ran. Per-process numbers (long-polls waiting, requests rejected
 for capacity, request latency by route class) live in prometheus_client's multiprocess files
 when `parallax serve` runs several workers (`PROMETHEUS_MULTIPROC_DIR`, set by `app.web.serve`),
@@ -22,7 +22,7 @@ from sqlalchemy import func, select
 
 from app.core.clock import as_utc, utcnow
 from app.core.db import Database
-from app.core.models import Job, JobAttempt, JobState, WebhookDelivery, WorkerLease
+from app.core.models import Job, JobAttempt, JobState, NotificationDelivery, WebhookDelivery, WorkerLease
 from app.web.session import get_db
 
 bp = Blueprint("metrics", __name__)
@@ -53,6 +53,9 @@ class DatabaseCollector(Collector):
                                        labels=["outcome"])
         deliveries = CounterMetricFamily("parallax_webhook_deliveries", "Webhook deliveries received, by state",
                                          labels=["state"])
+        notifications = GaugeMetricFamily("parallax_notification_deliveries",
+                                          "Notification outbox rows by state (dead: gave up, see /notifications)",
+                                          labels=["state"])
         lag = GaugeMetricFamily("parallax_duty_seconds_since_run", "Seconds since each background duty last ran",
                                 labels=["duty"])
         with self.db.session() as session:
@@ -69,10 +72,14 @@ class DatabaseCollector(Collector):
             for state, count in session.execute(select(WebhookDelivery.state, func.count())
                                                 .group_by(WebhookDelivery.state)):
                 deliveries.add_metric([state], count)
+            counted = dict(session.execute(select(NotificationDelivery.state, func.count())
+                                           .group_by(NotificationDelivery.state)).all())
+            for state in ("pending", "sent", "skipped", "dead"):
+                notifications.add_metric([state], counted.get(state, 0))
             for name, last in session.execute(select(WorkerLease.name, WorkerLease.last_run_at)):
                 if last is not None:
                     lag.add_metric([name], (now - as_utc(last)).total_seconds())
-        yield from (depth, oldest, claims, completes, failures, deliveries, lag)
+        yield from (depth, oldest, claims, completes, failures, deliveries, notifications, lag)
 
 
 @bp.get("/metrics")

@@ -34,7 +34,8 @@ SUMMARIES: dict[str | tuple[str, str], str] = {
     "/webhooks/github": "GitHub webhook receiver (push, pull_request, ping)",
     "/healthz": "Liveness and database check",
     "/api/v1/alerts": "List alerts with their changes, classification and bisects (filters: state, platform, repository)",
-    "/api/v1/alerts/{alert_id}": "Triage an alert: set its state and note (user token)",
+    ("/api/v1/alerts/{alert_id}", "patch"): "Triage an alert: set its state and note (user token)",
+    ("/api/v1/alerts/{alert_id}", "get"): "One alert with its explanation (what changed, files, timelines)",
     "/api/v1/commits/{sha}": "A commit: its jobs and runs with every sample",
     ("/api/v1/jobs/{job_id}", "get"): "A job: state, attempts, failure reason and log",
     "/api/v1/openapi.json": "This OpenAPI document",
@@ -49,6 +50,8 @@ SUMMARIES: dict[str | tuple[str, str], str] = {
     "/api/v1/deliveries/{key}/skip": "Give up on a webhook delivery (user token)",
     "/api/v1/jobs/{job_id}/cancel": "Cancel a job: at once when queued, at its next heartbeat when running (user token)",
     "/api/v1/bisects/{bisect_id}/cancel": "Cancel a running bisect and its outstanding jobs (user token)",
+    "/api/v1/jobs/{job_id}/artifacts": "Upload one artifact (?name=, raw body; holder; 413 past the cap) or list them",
+    "/api/v1/jobs/{job_id}/artifacts/{name}": "Download one artifact (the file's own bytes)",
 }
 SHA = {"type": "string", "pattern": "^[0-9a-f]{40}$"}
 ATTEMPT = {"type": "integer", "minimum": 1}
@@ -81,6 +84,8 @@ BODIES: dict[tuple[str, str], dict[str, Any]] = {
                                               "document": OBJECT, "environment": OBJECT, "ci": OBJECT}},
 }
 TEXT_BODIES = {("/api/v1/jobs/{job_id}/logs", "post")}
+BINARY_BODIES = {("/api/v1/jobs/{job_id}/artifacts", "post")}
+BINARY_RESPONSES = {"/api/v1/jobs/{job_id}/artifacts/{name}"}
 QUERIES: dict[str, list[tuple[str, bool]]] = {
     "/api/v1/series": [("repository", True), ("suite", True), ("metric", True), ("platform", True),
                        ("branch", False), ("last", False), ("context_fingerprint", False)],
@@ -91,6 +96,8 @@ QUERIES: dict[str, list[tuple[str, bool]]] = {
     "/api/v1/jobs": [("limit", False), ("before", False), ("state", False), ("platform", False)],
     "/api/v1/bisects": [("limit", False), ("before", False), ("state", False)],
     "/api/v1/deliveries": [("limit", False), ("before", False), ("state", False)],
+    "/api/v1/jobs/{job_id}/artifacts": [("name", False), ("attempt", False)],
+    "/api/v1/jobs/{job_id}/artifacts/{name}": [("attempt", False)],
 }
 # 2xx bodies that are not a JSON object.
 ARRAY_RESPONSES = {"/api/v1/suites"}
@@ -132,6 +139,12 @@ def _operation(rule: Rule, path: str, method: str) -> dict[str, Any]:
             "application/json": {"schema": BODIES[(path, method)]}}}
     elif (path, method) in TEXT_BODIES:
         operation["requestBody"] = {"required": True, "content": {"text/plain": {"schema": {"type": "string"}}}}
+    elif (path, method) in BINARY_BODIES:
+        operation["requestBody"] = {"required": True, "content": {"application/octet-stream": {
+            "schema": {"type": "string", "format": "binary"}}}}
+    if path in BINARY_RESPONSES:
+        operation["responses"]["2XX"] = {"description": "the artifact's bytes", "content": {
+            "*/*": {"schema": {"type": "string", "format": "binary"}}}}
     if path == "/api/v1/jobs/claim":
         operation["responses"]["204"] = {"description": "no job within wait_s"}
     return operation

@@ -3,11 +3,12 @@ confirmation, every tested commit with its samples and verdict, each round's job
 `GET /api/v1/bisects/<id>` answers (`app.bisect.service.bisect_json`), so page and API agree."""
 from __future__ import annotations
 
-from flask import abort, render_template
+from flask import abort, current_app, render_template
 from sqlalchemy import select
 
 from app.bisect.service import bisect_json
 from app.core.models import Bisect, Commit, Job, Repository
+from app.explain.service import explain_bisect
 from app.web.dash_common import median
 from app.web.session import request_session
 
@@ -24,8 +25,9 @@ def bisect_page(bisect_id: int) -> str:
     for stage in view["stages"]:
         for tested in stage["tested"]:
             tested["median"] = median(tested["samples"])
+    explanation = explain_bisect(session, current_app.extensions["parallax.settings"], bisect)
     return render_template("bisect.html", bisect=bisect, repository=session.get(Repository, bisect.repository_id),
-                           commits=commits, view=view, jobs=jobs)
+                           commits=commits, view=view, jobs=jobs, explanation=explanation)
 
 
 def bisects_page() -> str:

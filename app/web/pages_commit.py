@@ -16,6 +16,7 @@ from sqlalchemy.orm import Session
 from app.core.clock import as_utc
 from app.core.models import Alert, Bisect, CiUpload, Commit, Job, JobLog, Run, Runner
 from app.detection.detector import DEFAULT_CONFIG
+from app.jobs import artifacts
 from app.web.dash_common import (
     arg_required,
     arg_sha,
@@ -142,7 +143,8 @@ def job_page(job_id: int) -> str:
         abort(404, description=f"job {job_id} does not exist")
     log = "".join(session.scalars(select(JobLog.text).where(JobLog.job_id == job_id).order_by(JobLog.id)))
     runner = session.get(Runner, job.runner_id) if job.runner_id else None
-    return render_template("job.html", job=job, log=log, runner=runner, duration=_duration(job))
+    return render_template("job.html", job=job, log=log, runner=runner, duration=_duration(job),
+                           artifacts=artifacts.listed(session, job_id))
 
 
 def compare_page() -> str:

@@ -2,6 +2,7 @@
 
 GET /api/v1/series?repository=&suite=&metric=&platform=&branch=   points + change points
 GET /api/v1/alerts?state=&platform=&repository=                    alert groups with their changes
+GET /api/v1/alerts/<id>                                            one alert with its `explanation`
 PATCH /api/v1/alerts/<id> {state, note}                            admin token
 """
 from __future__ import annotations
@@ -13,15 +14,17 @@ from flask import Blueprint, jsonify, request
 from sqlalchemy import func, select
 
 from app.core import limits
-from app.core.clock import as_utc, utcnow
+from app.core.clock import utcnow
 from app.core.errors import Invalid, NotFound
 from app.core.limits import free_text
-from app.core.models import Alert, AlertChange, AlertState, Bisect, Commit, Repository, Run
+from app.core.models import Alert, AlertChange, AlertState, Commit, Repository, Run
 from app.detection.detector import analyse
+from app.detection.documents import alert_json
 from app.detection.series import Series, SeriesKey, load_series
 from app.detection.service import config_for, json_safe
+from app.explain.service import explain_alert
 from app.web.auth import require_maintainer
-from app.web.bodies import json_body
+from app.web.bodies import json_body, settings
 from app.web.session import request_session
 
 bp = Blueprint("series_api", __name__)
@@ -121,44 +124,6 @@ def get_series():  # type: ignore[no-untyped-def]
                     "platform": platform, "series": result})
 
 
-def change_json(change: AlertChange) -> dict[str, Any]:
-    return {"id": change.id, "suite": change.suite, "metric": change.metric, "platform": change.platform,
-            "context_fingerprint": change.context_fingerprint, "direction": change.direction,
-            "relative_change": change.relative_change, "ci": [change.ci_low, change.ci_high],
-            "p_value": change.p_value, "before": change.before_value, "after": change.after_value,
-            "classification": change.classification, "is_regression": change.is_regression,
-            "platforms": change.details.get("platforms", [change.platform]),
-            "suspected_commits": change.suspected_commits,
-            "confirm_jobs": change.details.get("confirm_jobs", []),
-            "restored_by": change.details.get("restored_by"),
-            "withdrawn": change.details.get("withdrawn"),
-            "drift": change.details.get("drift") if isinstance(change.details.get("drift"), dict) else None,
-            "noise_changed": change.details.get("noise_changed")}
-
-
-def alert_json(session, alert: Alert) -> dict[str, Any]:  # type: ignore[no-untyped-def]
-    def sha(commit_id: int | None) -> str | None:
-        commit = session.get(Commit, commit_id) if commit_id is not None else None
-        return commit.sha if commit is not None else None
-
-    repository = session.get(Repository, alert.repository_id)
-    return {"id": alert.id, "repository": repository.name if repository else None, "branch": alert.branch,
-            "kind": alert.kind, "is_regression": alert.is_regression, "state": alert.state.value,
-            "note": alert.note, "updated_by": alert.updated_by,
-            "good": sha(alert.good_commit_id), "bad": sha(alert.bad_commit_id),
-            "created_at": as_utc(alert.created_at).isoformat(),
-            "updated_at": as_utc(alert.updated_at).isoformat(),
-            "changes": [change_json(c) for c in sorted(alert.changes, key=lambda c: c.id)],
-            "bisects": [bisect_link(session, b) for b in
-                        session.scalars(select(Bisect).where(Bisect.alert_id == alert.id).order_by(Bisect.id))]}
-
-
-def bisect_link(session, bisect: Bisect) -> dict[str, Any]:  # type: ignore[no-untyped-def]
-    culprit = session.get(Commit, bisect.culprit_commit_id) if bisect.culprit_commit_id is not None else None
-    return {"id": bisect.id, "url": f"/api/v1/bisects/{bisect.id}", "state": bisect.state.value,
-            "platform": bisect.platform, "metric": bisect.metric, "culprit": culprit.sha if culprit else None}
-
-
 @bp.get("/api/v1/alerts")
 def list_alerts():  # type: ignore[no-untyped-def]
     session = request_session()
@@ -175,6 +140,15 @@ def list_alerts():  # type: ignore[no-untyped-def]
     if repository:
         query = query.where(Alert.repository_id == _repository(session, repository).id)
     return jsonify({"alerts": [alert_json(session, a) for a in session.scalars(query)]})
+
+
+@bp.get("/api/v1/alerts/<id:alert_id>")
+def get_alert(alert_id: int):  # type: ignore[no-untyped-def]
+    session = request_session()
+    alert = session.get(Alert, alert_id)
+    if alert is None:
+        raise NotFound(f"alert {alert_id} does not exist")
+    return jsonify({**alert_json(session, alert), "explanation": explain_alert(session, settings(), alert)})
 
 
 @bp.patch("/api/v1/alerts/<id:alert_id>")

@@ -5,6 +5,7 @@ import argparse
 import os
 import sys
 import time
+from typing import Callable
 
 import numpy as np
 
@@ -44,6 +45,10 @@ def make_engine(args: argparse.Namespace) -> Engine:
     return engine
 
 
+TIMELINE_ARTIFACT = "timeline.json"
+PROFILE_ARTIFACT = "torch_profile.json"
+
+
 def simulator(engine: Engine) -> SimDevice | None:
     """The engine's simulated device, when it runs on one (PARALLAX_DEVICE=sim:<profile>)."""
     return engine.streams if isinstance(engine.streams, SimDevice) else None
@@ -74,9 +79,37 @@ def finish_sim(engine: Engine, args: argparse.Namespace) -> None:
         return
     for hazard in device.hazards[:3]:
         log("hazard: " + hazard.describe())
-    if args.trace:
-        device.write_trace(args.trace)
-        log(f"virtual timeline written to {args.trace} (open it in ui.perfetto.dev)")
+    trace = args.trace or artifact_path(TIMELINE_ARTIFACT)
+    if trace:
+        device.write_trace(trace)
+        log(f"virtual timeline written to {trace} (open it in ui.perfetto.dev)")
+
+
+def profile_gpu(engine: Engine, once: Callable[[], object]) -> str | None:
+    """On a real GPU, under a runner (which sets $PARALLAX_OUTPUT_DIR): one more run under
+    torch.profiler, its Chrome trace kept as an artifact (not measured: profiling slows it)."""
+    if engine.device.type != "cuda" or simulator(engine) is not None:
+        return None
+    path = artifact_path(PROFILE_ARTIFACT)
+    if path is None:
+        return None
+    from torch.profiler import ProfilerActivity, profile
+    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as profiler:
+        once()
+    profiler.export_chrome_trace(path)
+    log(f"torch.profiler trace written to {path} (open it in ui.perfetto.dev)")
+    return path
+
+
+def artifact_path(name: str) -> str | None:
+    """Where a file goes for the runner to upload beside the results ($PARALLAX_OUTPUT_DIR/artifacts/),
+    when a runner set that directory; None otherwise."""
+    output = os.environ.get("PARALLAX_OUTPUT_DIR")
+    if not output:
+        return None
+    folder = os.path.join(output, "artifacts")
+    os.makedirs(folder, exist_ok=True)
+    return os.path.join(folder, name)
 
 
 def repeats(default: int = 3) -> int:

@@ -13,7 +13,17 @@ import statistics
 import sys
 
 from scheduler_core.engine import Engine
-from scheduler_core.jobs.common import add_engine_args, finish_sim, log, make_engine, percentile, repeats, sim_context, simulator
+from scheduler_core.jobs.common import (
+    add_engine_args,
+    finish_sim,
+    log,
+    make_engine,
+    percentile,
+    profile_gpu,
+    repeats,
+    sim_context,
+    simulator,
+)
 from scheduler_core.jobs.results import Metric, build_document, current_commit, write_document
 from scheduler_core.sampling import SamplingParams
 
@@ -114,6 +124,7 @@ def main(argv: list[str] | None = None) -> dict:
         for name, value in values.items():
             samples.setdefault(name, []).append(value)
         log(f"repeat {i + 1}/{count}: " + ", ".join(f"{k}={v:.2f}" for k, v in values.items()))
+    profile_gpu(engine, lambda: run(engine, args, args.seed))
     metrics = [Metric(name, *UNITS[name], values) for name, values in samples.items()]
     context = {**engine.settings(), "mode": args.mode, "batch_size": args.batch_size if args.mode == "one-batch"
                else args.max_running_requests, "input_len": args.input_len, "output_len": args.output_len,

@@ -8,7 +8,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 PACKAGES = ("app", "runners", "scheduler_core")
-AREAS = ("app.jobs", "app.git", "app.detection", "app.github", "app.auth", "app.bisect", "app.retention", "app.uploads")
+AREAS = ("app.jobs", "app.git", "app.detection", "app.github", "app.auth", "app.bisect", "app.retention", "app.uploads",
+         "app.explain", "app.notify")
 ENTRY_POINTS = ("app.web", "app.cli", "app.demo", "app.wiring")
 
 

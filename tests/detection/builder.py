@@ -26,9 +26,10 @@ class Builder:
             self.repository_id = session.scalar(select(Repository.id).where(Repository.name == "demo/engine"))
         self.job_count = 0
 
-    def branch(self, count: int, name: str = "main", start: int = 0) -> list[str]:
-        """A first-parent history of `count` commits at positions start..start+count-1."""
-        shas = [sha(start + i, name) for i in range(count)]
+    def branch(self, count: int, name: str = "main", start: int = 0, shas: Sequence[str] | None = None) -> list[str]:
+        """A first-parent history of `count` commits at positions start..start+count-1 (made-up
+        SHAs, or `shas`, e.g. a real repository's)."""
+        shas = list(shas) if shas is not None else [sha(start + i, name) for i in range(count)]
         with self.db.session() as session:
             branch = session.scalar(select(Branch).where(Branch.repository_id == self.repository_id,
                                                          Branch.name == name))
@@ -51,7 +52,8 @@ class Builder:
 
     def result(self, commit_sha: str, platform: str, samples: Sequence[float] | None = None, *,
                metric: str = METRIC, direction: str = "higher_is_better", suite: str = SUITE,
-               items: Sequence[int] | None = None, extra: dict[str, Sequence[float]] | None = None) -> int:
+               items: Sequence[int] | None = None, extra: dict[str, Sequence[float]] | None = None,
+               context: dict[str, Any] | None = None, environment: dict[str, Any] | None = None) -> int:
         """One stored run (job, run, measurements) at the commit, marked for detection as the
         pipeline does. Returns the run id."""
         with self.db.session() as session:
@@ -63,7 +65,8 @@ class Builder:
             session.add(job)
             session.flush()
             run = Run(job_id=job.id, attempt=1, commit_id=commit.id, suite_id=suite_row.id, platform=platform,
-                      document_sha256="0" * 64, context={"model": "m"}, environment={"platform": platform},
+                      document_sha256="0" * 64, context=context or {"model": "m"},
+                      environment=environment or {"platform": platform},
                       context_fingerprint=f"fp-{platform}")
             metrics: dict[str, Sequence[float]] = dict(extra or {})
             if samples is not None:
@@ -78,11 +81,17 @@ class Builder:
             return run.id
 
     def history(self, shas: Sequence[str], platform: str, levels: Sequence[float], *, cv: float = 0.005,
-                seed: int = 0, repeats: int = 3, **kwargs: Any) -> None:
+                seed: int = 0, repeats: int = 3, contexts: Sequence[dict[str, Any]] | None = None,
+                environments: Sequence[dict[str, Any]] | None = None, **kwargs: Any) -> list[int]:
+        """One result per commit; `contexts` / `environments` (one per commit) are recorded as given."""
         rng = np.random.default_rng(seed)
-        for value, level in zip(shas, levels):
+        runs = []
+        for i, (value, level) in enumerate(zip(shas, levels)):
             run_level = level * (1 + cv * rng.standard_normal())
-            self.result(value, platform, list(run_level * (1 + cv / 3 * rng.standard_normal(repeats))), **kwargs)
+            runs.append(self.result(value, platform, list(run_level * (1 + cv / 3 * rng.standard_normal(repeats))),
+                                    context=contexts[i] if contexts else None,
+                                    environment=environments[i] if environments else None, **kwargs))
+        return runs
 
 
 def step(n: int, at: int, before: float, relative: float) -> list[float]:

@@ -13,7 +13,7 @@ from typing import Any
 class Reply:
     status: int = 201
     headers: dict[str, str] = field(default_factory=dict)
-    body: dict[str, Any] = field(default_factory=lambda: {"id": 1})
+    body: Any = field(default_factory=lambda: {"id": 1})
     hang_s: float = 0.0  # sleep this long before answering (a hung GitHub)
 
 
@@ -23,6 +23,7 @@ class Recorded:
     path: str
     headers: dict[str, str]
     json: Any
+    raw: bytes = b""  # the body as sent (e.g. to check a signature over it)
 
 
 class FakeGitHub:
@@ -36,8 +37,8 @@ class FakeGitHub:
             def do_POST(self) -> None:  # noqa: N802 (http.server's naming)
                 length = int(self.headers.get("Content-Length") or 0)
                 raw = self.rfile.read(length)
-                owner.requests.append(Recorded("POST", self.path, dict(self.headers.items()),
-                                               json.loads(raw) if raw else None))
+                owner.requests.append(Recorded(self.command, self.path, dict(self.headers.items()),
+                                               json.loads(raw) if raw else None, raw))
                 reply = owner.script.pop(0) if owner.script else Reply()
                 if reply.hang_s:
                     owner.release.wait(reply.hang_s)
@@ -52,6 +53,8 @@ class FakeGitHub:
                     self.wfile.write(data)
                 except (BrokenPipeError, ConnectionResetError):
                     pass  # the client gave up waiting (the hang case)
+
+            do_GET = do_POST  # noqa: N815 (recorded and answered from the script the same way)
 
             def log_message(self, *args: Any) -> None:
                 pass
