@@ -1,14 +1,14 @@
 """ci_tokens and ci_uploads: results uploaded from existing CI jobs (issue 29)
 
 Revision ID: 0010
-Revises: 0007
+Revises: 0009
 Create Date: 2026-12-04 15:10:00
 """
 import sqlalchemy as sa
 from alembic import op
 
 revision = '0010'
-down_revision = '0007'
+down_revision = '0009'
 branch_labels = None
 depends_on = None
 

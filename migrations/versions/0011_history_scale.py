@@ -2,14 +2,14 @@
 runs.created_at for the retention scan (issue 30)
 
 Revision ID: 0011
-Revises: 0007
+Revises: 0010
 Create Date: 2026-12-04 15:10:00
 """
 import sqlalchemy as sa
 from alembic import op
 
 revision = '0011'
-down_revision = '0007'
+down_revision = '0010'
 branch_labels = None
 depends_on = None
 

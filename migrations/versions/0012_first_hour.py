@@ -2,14 +2,14 @@
 deliveries) and an optional per-repository webhook secret
 
 Revision ID: 0012
-Revises: 0007
+Revises: 0011
 Create Date: 2026-12-04 15:10:00
 """
 import sqlalchemy as sa
 from alembic import op
 
 revision = '0012'
-down_revision = '0007'
+down_revision = '0011'
 branch_labels = None
 depends_on = None
 
