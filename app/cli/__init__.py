@@ -48,6 +48,7 @@ SUMMARIES = {
     "serve": "Run the HTTP service (gunicorn) and its background duties.",
     "suites": "Suites declared in parallax.toml.",
     "token": "Runner registration tokens.",
+    "upload": "Upload results measured by this CI job: FILE (a results document) or --adapter NAME FILE.",
     "user": "People who triage alerts and queue work through the API.",
 }
 
