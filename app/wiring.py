@@ -14,6 +14,8 @@ from app.detection import service as detection
 from app.github import ingest
 from app.github import status as github_status
 from app.jobs import queue
+from app.pulls import comparisons as pulls
+from app.pulls import outbox as pull_outbox
 
 
 def connect() -> None:
@@ -22,8 +24,12 @@ def connect() -> None:
     signals.run_stored.connect(detection.on_run_stored)
     signals.run_stored.connect(github_status.on_run_stored)
     signals.job_failed.connect(github_status.on_job_failed)
+    signals.job_claimed.connect(pulls.on_job_claimed)
+    signals.run_stored.connect(pulls.on_run_stored)
+    signals.job_failed.connect(pulls.on_job_failed)
 
 
 def duties() -> list[Duty]:
     """Every background duty: lease reaping, webhook processing, commit statuses, detection, bisect."""
-    return [*queue.DUTIES, *ingest.DUTIES, *github_status.DUTIES, *detection.DUTIES, *bisect.DUTIES]
+    return [*queue.DUTIES, *ingest.DUTIES, *github_status.DUTIES, *detection.DUTIES, *bisect.DUTIES,
+            *pulls.DUTIES, *pull_outbox.DUTIES]

@@ -39,6 +39,8 @@ def sync_catalogue(session: Session, settings: Settings) -> None:
         suite.setup = list(spec.setup) if spec.setup else None
         suite.setup_timeout_s = spec.setup_timeout_s
         suite.env = dict(spec.env)
+        suite.pull_requests = spec.pull_requests
+        suite.pr_max_rounds = spec.pr_max_rounds
     existing = set(session.scalars(select(Platform.name)))
     for name in sorted(names - existing):
         session.add(Platform(name=name, simulated=name.endswith("-sim")))

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 PACKAGES = ("app", "runners", "scheduler_core")
-AREAS = ("app.jobs", "app.git", "app.detection", "app.github", "app.auth", "app.bisect")
+AREAS = ("app.jobs", "app.git", "app.detection", "app.github", "app.auth", "app.bisect", "app.pulls")
 ENTRY_POINTS = ("app.web", "app.cli", "app.demo", "app.wiring")
 
 
