@@ -42,7 +42,7 @@ from app.core.models import (
 )
 from app.github import status as github_status
 from app.jobs.matrix import pull_request_priority
-from app.jobs.queue import deliver_stored_runs, enqueue, request_cancel
+from app.jobs.queue import deliver_stored_runs, enqueue
 from app.pulls import outbox, report
 from app.pulls.verdicts import MetricVerdict, classify, compare_items, compare_levels
 
@@ -144,11 +144,12 @@ def _stop_open(session: Session, pull_id: int, state: str) -> int:
                                                                    PullComparison.state.in_(OPEN_STATES))):
         was_measuring = comparison.state == "measuring"
         comparison.state, comparison.dirty, comparison.updated_at = state, False, utcnow()
-        jobs = session.scalars(select(Job).join(PullComparisonJob, PullComparisonJob.job_id == Job.id)
-                               .where(PullComparisonJob.comparison_id == comparison.id, Job.state == JobState.queued))
-        for job in jobs:
-            request_cancel(session, job)
-            cancelled += 1
+        # One conditional UPDATE: a job a runner claims meanwhile is running, and stays so.
+        ids = select(PullComparisonJob.job_id).where(PullComparisonJob.comparison_id == comparison.id)
+        result = session.execute(update(Job).where(Job.id.in_(ids), Job.state == JobState.queued)
+                                 .values(state=JobState.cancelled, finished_at=utcnow())
+                                 .execution_options(synchronize_session=False))
+        cancelled += result.rowcount
         if was_measuring:
             comparison.conclusion = "neutral"
             comparison.title = f"{state}: measuring stopped"
