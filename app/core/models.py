@@ -488,11 +488,12 @@ class PullComparison(Base):
 
 
 class PullComparisonJob(Base):
-    """A job of a comparison: which side (base/head) and which A/B round it measures."""
+    """A job of a comparison: which side (base/head) and which A/B round it measures (a rerun of
+    one platform links the other platforms' jobs to the new comparison too)."""
 
     __tablename__ = "pull_comparison_jobs"
-    job_id: Mapped[int] = mapped_column(ForeignKey("jobs.id", ondelete="CASCADE"), primary_key=True)
-    comparison_id: Mapped[int] = mapped_column(ForeignKey("pull_comparisons.id", ondelete="CASCADE"), index=True)
+    comparison_id: Mapped[int] = mapped_column(ForeignKey("pull_comparisons.id", ondelete="CASCADE"), primary_key=True)
+    job_id: Mapped[int] = mapped_column(ForeignKey("jobs.id", ondelete="CASCADE"), primary_key=True, index=True)
     suite_id: Mapped[int] = mapped_column(ForeignKey("suites.id"))
     platform: Mapped[str] = mapped_column(String(64))
     side: Mapped[str] = mapped_column(String(8))  # base/head

@@ -73,8 +73,8 @@ def upgrade() -> None:
         batch_op.create_index(batch_op.f('ix_pull_request_writes_pull_request_id'), ['pull_request_id'], unique=False)
 
     op.create_table('pull_comparison_jobs',
-    sa.Column('job_id', sa.Integer(), nullable=False),
     sa.Column('comparison_id', sa.Integer(), nullable=False),
+    sa.Column('job_id', sa.Integer(), nullable=False),
     sa.Column('suite_id', sa.Integer(), nullable=False),
     sa.Column('platform', sa.String(length=64), nullable=False),
     sa.Column('side', sa.String(length=8), nullable=False),
@@ -82,10 +82,10 @@ def upgrade() -> None:
     sa.ForeignKeyConstraint(['comparison_id'], ['pull_comparisons.id'], name=op.f('fk_pull_comparison_jobs_comparison_id_pull_comparisons'), ondelete='CASCADE'),
     sa.ForeignKeyConstraint(['job_id'], ['jobs.id'], name=op.f('fk_pull_comparison_jobs_job_id_jobs'), ondelete='CASCADE'),
     sa.ForeignKeyConstraint(['suite_id'], ['suites.id'], name=op.f('fk_pull_comparison_jobs_suite_id_suites')),
-    sa.PrimaryKeyConstraint('job_id', name=op.f('pk_pull_comparison_jobs'))
+    sa.PrimaryKeyConstraint('comparison_id', 'job_id', name=op.f('pk_pull_comparison_jobs'))
     )
     with op.batch_alter_table('pull_comparison_jobs', schema=None) as batch_op:
-        batch_op.create_index(batch_op.f('ix_pull_comparison_jobs_comparison_id'), ['comparison_id'], unique=False)
+        batch_op.create_index(batch_op.f('ix_pull_comparison_jobs_job_id'), ['job_id'], unique=False)
 
     with op.batch_alter_table('jobs', schema=None) as batch_op:
         batch_op.add_column(sa.Column('pinned_runner_id', sa.Integer(), nullable=True))
@@ -107,7 +107,7 @@ def downgrade() -> None:
         batch_op.drop_column('pinned_runner_id')
 
     with op.batch_alter_table('pull_comparison_jobs', schema=None) as batch_op:
-        batch_op.drop_index(batch_op.f('ix_pull_comparison_jobs_comparison_id'))
+        batch_op.drop_index(batch_op.f('ix_pull_comparison_jobs_job_id'))
 
     op.drop_table('pull_comparison_jobs')
     with op.batch_alter_table('pull_request_writes', schema=None) as batch_op:
