@@ -71,7 +71,7 @@ class Service:
         self.client = app.test_client()
 
     def webhook(self, event: str, payload: dict[str, Any]) -> Any:
-        payload.setdefault("installation", {"id": INSTALLATION})
+        payload["installation"] = {"id": INSTALLATION}
         response = post_webhook(self.client, event, payload)
         report = process_pending(self.db, self.settings)
         assert not report.failed, report.results
