@@ -56,7 +56,7 @@ class SuiteSpec:
     env: Mapping[str, str] = field(default_factory=dict)
     # Pull requests: measure base against head (A/B rounds on one runner), at most this many rounds.
     pull_requests: bool = True
-    pr_max_rounds: int = 8
+    pr_max_rounds: int = 12
 
 
 @dataclass(frozen=True)
@@ -217,7 +217,7 @@ def parse_catalogue(data: Mapping[str, Any], source: str = "parallax.toml") -> d
             raise ConfigError(f"{where}.commit_policy must be 'every' or 'head', got {policy!r}")
         timeout_s = table.get("timeout_s", 1800)
         repeats = table.get("repeats", 5)
-        pr_max_rounds = table.get("pr_max_rounds", 8)
+        pr_max_rounds = table.get("pr_max_rounds", 12)
         pull_requests = table.get("pull_requests", True)
         if not isinstance(pull_requests, bool):
             raise ConfigError(f"{where}.pull_requests must be true or false, got {pull_requests!r}")

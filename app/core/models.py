@@ -179,7 +179,7 @@ class Suite(Base):
     setup_timeout_s: Mapped[int] = mapped_column(Integer, default=1800)
     env: Mapped[dict[str, Any]] = mapped_column(JSON, default=dict)
     pull_requests: Mapped[bool] = mapped_column(Boolean, default=True)  # measured base against head on PRs
-    pr_max_rounds: Mapped[int] = mapped_column(Integer, default=8)  # A/B rounds per platform at most
+    pr_max_rounds: Mapped[int] = mapped_column(Integer, default=12)  # A/B rounds per platform at most
 
 
 class RegistrationToken(Base):

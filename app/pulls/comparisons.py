@@ -44,11 +44,18 @@ from app.github import status as github_status
 from app.jobs.matrix import pull_request_priority
 from app.jobs.queue import deliver_stored_runs, enqueue
 from app.pulls import outbox, report
-from app.pulls.verdicts import MetricVerdict, classify, compare_items, compare_levels
+from app.pulls.verdicts import (
+    START_ROUNDS,
+    MetricVerdict,
+    classify,
+    compare_items,
+    compare_levels,
+    look_alpha,
+    wants_round,
+)
 
 log = logging.getLogger(__name__)
 
-START_ROUNDS = 3          # A/B rounds queued at once; more are added while a verdict is inconclusive
 OPEN_STATES = ("measuring", "done")
 
 
@@ -251,16 +258,17 @@ def group_verdicts(session: Session, group: Group) -> list[MetricVerdict]:
         for name, m in measurements.items():
             metrics.setdefault(name, m.direction)
     out = []
+    alpha = look_alpha(group.suite.pr_max_rounds)
     for name, direction in sorted(metrics.items()):
         if name == "accuracy" and item_names:
             continue  # the per-question vectors answer it, paired
         base = [[float(x) for x in ms[name].samples] for ms, _ in sides["base"] if name in ms]
         head = [[float(x) for x in ms[name].samples] for ms, _ in sides["head"] if name in ms]
-        out.append(compare_levels(group.platform, group.suite.name, name, direction, base, head))
+        out.append(compare_levels(group.platform, group.suite.name, name, direction, base, head, alpha))
     for name in item_names:
         base_items = [items.get(name, []) for _, items in sides["base"]]
         head_items = [items.get(name, []) for _, items in sides["head"]]
-        out.append(compare_items(group.platform, group.suite.name, name, base_items, head_items))
+        out.append(compare_items(group.platform, group.suite.name, name, base_items, head_items, alpha))
     return out
 
 
@@ -316,8 +324,7 @@ def evaluate_one(session: Session, comparison: PullComparison) -> Evaluation:
         if group.active():
             pending = True
             continue
-        open_metric = not found or any(v.verdict == "inconclusive" for v in found)
-        if open_metric and group.rounds < group.suite.pr_max_rounds:
+        if wants_round(found, group.rounds, group.suite.pr_max_rounds):
             queued += _queue_round(session, comparison, repository, group.suite, group.platform, group.rounds + 1,
                                    pull_request_priority(), group.runner_id())
             pending = True

@@ -6,9 +6,11 @@ A job's level is the median of its samples: run-to-run noise is larger than the 
 one run, so pooled samples would over-trust repetitions (see `app.detection.detector`). Base and
 head levels are compared on the log scale with Welch's t test; the relative change is the ratio
 of geometric means, with its 95 % interval. The thresholds are the detector's: a change is
-`worse` or `better` when p <= alpha (0.01) and it is at least `min_relative` (2 %, per-metric
-overrides as in detection); `unchanged` when it is not, and the 95 % interval lies inside
-+-`equivalence` (5 %, the effect a bisect looks for); else `inconclusive` (more rounds help).
+`worse` or `better` when p <= alpha and it is at least `min_relative` (2 %, per-metric
+overrides as in detection), where alpha is the detector's 0.01 shared over the looks the
+adaptive rounds take (`look_alpha`); `unchanged` when it is not, and the 95 % interval lies
+inside +-`EQUIVALENCE` (4 %, so a 5 % change is not called unchanged); else `inconclusive`
+(more rounds help). `bench/pr_verdict.py` measured these choices.
 Accuracy suites compare their per-question vectors, paired round by round (exact McNemar).
 """
 from __future__ import annotations
@@ -24,7 +26,8 @@ from app.detection.detector import DEFAULT_CONFIG, compare_accuracy
 from app.detection.service import ACCURACY_MIN_DROP, MIN_RELATIVE
 
 ALPHA = DEFAULT_CONFIG.alpha
-EQUIVALENCE = 0.05
+EQUIVALENCE = 0.04
+START_ROUNDS = 3          # A/B rounds queued at once; more are added while a verdict is inconclusive
 VERDICTS = ("worse", "better", "unchanged", "inconclusive")
 SCOPES = ("platform_specific", "common", "inconclusive")
 
@@ -61,13 +64,20 @@ class Scope:
         return asdict(self)
 
 
+def look_alpha(max_rounds: int) -> float:
+    """The detector's alpha shared over every look the adaptive rounds may take (Bonferroni):
+    a verdict is computed after each round, and each look is another chance of a false alarm."""
+    return ALPHA / max(1, max_rounds - START_ROUNDS + 1)
+
+
 def min_relative(metric: str) -> float:
     return MIN_RELATIVE.get(metric, DEFAULT_CONFIG.min_relative)
 
 
-def _label(change: float, low: float, high: float, p: float, direction: str, threshold: float) -> str:
+def _label(change: float, low: float, high: float, p: float, direction: str, threshold: float,
+           alpha: float = ALPHA) -> str:
     good_sign = 1.0 if direction == "higher_is_better" else -1.0
-    if p <= ALPHA and abs(change) >= threshold:
+    if p <= alpha and abs(change) >= threshold:
         return "better" if math.copysign(1.0, change) == good_sign else "worse"
     if -EQUIVALENCE < low and high < EQUIVALENCE:
         return "unchanged"
@@ -75,7 +85,7 @@ def _label(change: float, low: float, high: float, p: float, direction: str, thr
 
 
 def compare_levels(platform: str, suite: str, metric: str, direction: str,
-                   base: Sequence[Sequence[float]], head: Sequence[Sequence[float]]) -> MetricVerdict:
+                   base: Sequence[Sequence[float]], head: Sequence[Sequence[float]], alpha: float = ALPHA) -> MetricVerdict:
     """`base` and `head` hold each job's samples (one list per job)."""
     base_levels = np.array([float(np.median(s)) for s in base if len(s)])
     head_levels = np.array([float(np.median(s)) for s in head if len(s)])
@@ -99,7 +109,7 @@ def compare_levels(platform: str, suite: str, metric: str, direction: str,
         half = float(stats.t.ppf(0.975, dof)) * se
         low, high = diff - half, diff + half
     change, ci = math.expm1(diff), (math.expm1(low), math.expm1(high))
-    verdict = _label(change, ci[0], ci[1], p, direction, min_relative(metric))
+    verdict = _label(change, ci[0], ci[1], p, direction, min_relative(metric), alpha)
     return MetricVerdict(platform, suite, metric, direction, base_median, head_median, change, ci, p, verdict, rounds)
 
 
@@ -129,7 +139,7 @@ def _simple(platform: str, suite: str, metric: str, direction: str, base: np.nda
 
 
 def compare_items(platform: str, suite: str, name: str, base: Sequence[Sequence[int]],
-                  head: Sequence[Sequence[int]]) -> MetricVerdict:
+                  head: Sequence[Sequence[int]], alpha: float = ALPHA) -> MetricVerdict:
     """Per-question correctness, paired round by round (the same questions in the same order):
     exact McNemar on the concatenated vectors; the change is relative accuracy."""
     pairs = [(b, h) for b, h in zip(base, head) if len(b) == len(h) and len(b)]
@@ -143,7 +153,7 @@ def compare_items(platform: str, suite: str, name: str, base: Sequence[Sequence[
     scale = result.before or 1.0
     change = (result.after - result.before) / scale
     low, high = result.ci_low / scale, result.ci_high / scale
-    if result.p_value <= ALPHA and abs(result.after - result.before) >= ACCURACY_MIN_DROP:
+    if result.p_value <= alpha and abs(result.after - result.before) >= ACCURACY_MIN_DROP:
         verdict = "better" if result.after > result.before else "worse"
     elif -EQUIVALENCE < low and high < EQUIVALENCE:
         verdict = "unchanged"
@@ -177,5 +187,8 @@ def classify(verdicts: Sequence[MetricVerdict]) -> list[Scope]:
     return scopes
 
 
-def decided(verdicts: Sequence[MetricVerdict]) -> bool:
-    return all(v.verdict != "inconclusive" for v in verdicts)
+def wants_round(verdicts: Sequence[MetricVerdict], rounds: int, max_rounds: int) -> bool:
+    """The adaptive rule: one more A/B round while a metric of the pair is inconclusive (or
+    nothing was measured), until `max_rounds`."""
+    open_metric = not verdicts or any(v.verdict == "inconclusive" for v in verdicts)
+    return open_metric and rounds < max_rounds

@@ -93,7 +93,7 @@ def upgrade() -> None:
 
     with op.batch_alter_table('suites', schema=None) as batch_op:
         batch_op.add_column(sa.Column('pull_requests', sa.Boolean(), nullable=False, server_default=sa.true()))
-        batch_op.add_column(sa.Column('pr_max_rounds', sa.Integer(), nullable=False, server_default='8'))
+        batch_op.add_column(sa.Column('pr_max_rounds', sa.Integer(), nullable=False, server_default='12'))
 
 
 
