@@ -3,6 +3,7 @@ request page shows: the newest comparison's state, head, base, rounds, verdicts 
 plus the A/B jobs and the heads measured before."""
 from __future__ import annotations
 
+import statistics
 from typing import Any
 
 from sqlalchemy import select
@@ -10,7 +11,17 @@ from sqlalchemy.orm import Session
 
 from app.core.clock import as_utc
 from app.core.errors import NotFound
-from app.core.models import Commit, Job, PullComparison, PullComparisonJob, PullRequest, Repository, Suite
+from app.core.models import (
+    Commit,
+    Job,
+    Measurement,
+    PullComparison,
+    PullComparisonJob,
+    PullRequest,
+    Repository,
+    Run,
+    Suite,
+)
 from app.pulls import comparisons
 
 
@@ -63,6 +74,22 @@ def pull_json(session: Session, repository: Repository, pull: PullRequest) -> di
                          "conclusion": c.conclusion, "title": c.title,
                          "created_at": as_utc(c.created_at).isoformat()} for c in history],
     }
+
+
+def ab_samples(session: Session, comparison: PullComparison) -> dict[tuple[str, str, str], list[dict[str, Any]]]:
+    """Per (platform, suite, metric): every A/B job's median and samples, in claim order."""
+    rows = session.execute(select(PullComparisonJob, Job, Suite.name, Measurement)
+                           .join(Job, Job.id == PullComparisonJob.job_id)
+                           .join(Suite, Suite.id == PullComparisonJob.suite_id)
+                           .join(Run, Run.job_id == Job.id).join(Measurement, Measurement.run_id == Run.id)
+                           .where(PullComparisonJob.comparison_id == comparison.id).order_by(Job.id, Run.id))
+    out: dict[tuple[str, str, str], list[dict[str, Any]]] = {}
+    for link, job, suite, measurement in rows:
+        values = [float(x) for x in measurement.samples]
+        out.setdefault((link.platform, suite, measurement.metric), []).append(
+            {"job_id": job.id, "side": link.side, "round": link.round, "samples": values,
+             "median": float(statistics.median(values)) if values else None})
+    return out
 
 
 def open_pulls(session: Session, limit: int = 50) -> list[dict[str, Any]]:

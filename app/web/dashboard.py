@@ -15,7 +15,7 @@ from typing import Any
 from flask import Blueprint, redirect, request, url_for
 from werkzeug.wrappers import Response
 
-from app.web import pages_alerts, pages_bisect, pages_commit, pages_home, pages_runners, pages_series
+from app.web import pages_alerts, pages_bisect, pages_commit, pages_home, pages_pulls, pages_runners, pages_series
 from app.web.dash_common import FILTERS, PALETTE
 from app.web.dash_signin import check_csrf, csrf_token, current_user, reading_allowed, signin_page, signout
 
@@ -39,6 +39,7 @@ bp.add_url_rule("/alerts/<id:alert_id>/triage", "triage", pages_alerts.triage, m
 bp.add_url_rule("/bisects", "bisects_page", pages_bisect.bisects_page)
 bp.add_url_rule("/bisects/<id:bisect_id>", "bisect_page", pages_bisect.bisect_page)
 bp.add_url_rule("/runners", "runners_page", pages_runners.runners_page)
+bp.add_url_rule("/pulls/<int:number>", "pull_page", pages_pulls.pull_page)
 bp.add_url_rule("/signin", "signin", signin_page, methods=["GET", "POST"])
 bp.add_url_rule("/signout", "signout", signout, methods=["POST"])
 

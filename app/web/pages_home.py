@@ -19,6 +19,7 @@ from app.core.clock import as_utc, utcnow
 from app.core.models import Alert, AlertChange, Commit, Job, JobState, Repository, Runner, Suite
 from app.detection.detector import DEFAULT_CONFIG
 from app.jobs.queue import queue_depth
+from app.pulls.view import open_pulls
 from app.web.dash_common import OPEN_STATES, median, relative, verdict_of
 from app.web.dash_queries import group_by_series, headline_metrics, positions, previous_samples, readings, recent_commits
 from app.web.session import request_session
@@ -163,4 +164,4 @@ def _content() -> str:
         repositories.append({"repo": repository, "commits": commits, "ordered": ordered, "columns": columns,
                              "cells": cells})
     return render_template("home_body.html", repositories=repositories, alerts=open_alerts(session),
-                           fleet=fleet(session))
+                           fleet=fleet(session), pulls=open_pulls(session))
