@@ -16,9 +16,10 @@ from __future__ import annotations
 import logging
 import math
 from dataclasses import dataclass, field
+from datetime import timedelta
 from typing import Any, Iterable
 
-from sqlalchemy import select, update
+from sqlalchemy import or_, select, update
 from sqlalchemy.orm import Session
 
 from app.core import signals
@@ -38,6 +39,7 @@ from app.core.models import (
     PullRequest,
     Repository,
     Run,
+    Runner,
     Suite,
 )
 from app.github import status as github_status
@@ -428,9 +430,23 @@ def evaluate_dirty(db: Database, settings: Settings, limit: int = 20) -> int:
     return len(ids)
 
 
+def release_pins(session: Session, settings: Settings) -> int:
+    """Unpin queued A/B jobs whose runner is disabled or has not been seen for three leases:
+    another runner of the platform takes them (pairing on one machine is lost, the verdict is not)."""
+    cutoff = utcnow() - timedelta(seconds=3 * settings.lease_s)
+    gone = select(Runner.id).where(or_(Runner.disabled.is_(True), Runner.last_seen_at.is_(None),
+                                       Runner.last_seen_at < cutoff))
+    result = session.execute(update(Job).where(Job.state == JobState.queued, Job.pinned_runner_id.in_(gone))
+                             .values(pinned_runner_id=None).execution_options(synchronize_session=False))
+    return result.rowcount
+
+
 def _duty(db: Database) -> int:
     deliver_stored_runs(db)  # runs stored since the last delivery mark their comparisons first
-    return evaluate_dirty(db, current_settings())
+    settings = current_settings()
+    with db.session() as session:
+        release_pins(session, settings)
+    return evaluate_dirty(db, settings)
 
 
 DUTIES = [Duty("pull-requests", _duty, interval_s=1.0, lease_s=120.0)]
