@@ -274,6 +274,10 @@ def load_settings(env: Mapping[str, str] | None = None, **overrides: Any) -> Set
         "claim_notify": _bool_env(env, "PARALLAX_CLAIM_NOTIFY", True),
         "home_max_age_s": _float_env(env, "PARALLAX_HOME_MAX_AGE_S", 5.0, minimum=0.0),
     }
+    if bool(values["github_app_id"]) != bool(values["github_app_private_key_file"]):
+        missing = "PARALLAX_GITHUB_APP_PRIVATE_KEY_FILE" if values["github_app_id"] else "PARALLAX_GITHUB_APP_ID"
+        raise ConfigError(f"GitHub App mode needs both PARALLAX_GITHUB_APP_ID and PARALLAX_GITHUB_APP_PRIVATE_KEY_FILE; "
+                          f"{missing} is not set")
     config_path = overrides.pop("config_path", None) or env.get("PARALLAX_CONFIG")
     if config_path is None and Path("parallax.toml").is_file():
         config_path = "parallax.toml"

@@ -63,3 +63,24 @@ def test_scope_words_follow_the_alerts():
     [common] = classify([rocm, cuda_drop])
     assert (common.scope, common.platforms) == ("common", ["cuda", "rocm"])
     assert classify([cuda]) == []
+
+
+def test_app_mode_needs_both_settings_and_says_which_is_missing():
+    import pytest
+
+    from app.core.config import ConfigError, load_settings
+    with pytest.raises(ConfigError, match="PARALLAX_GITHUB_APP_PRIVATE_KEY_FILE is not set"):
+        load_settings({"PARALLAX_GITHUB_APP_ID": "12"})
+
+
+def test_suite_keys_for_pull_requests_are_checked():
+    import pytest
+
+    from app.core.config import ConfigError, parse_catalogue
+    suite = {"name": "d", "command": ["true"], "platforms": ["cpu"]}
+    assert parse_catalogue({"suites": [suite]})["suites"][0].pr_max_rounds == 12
+    assert parse_catalogue({"suites": [dict(suite, pull_requests=False)]})["suites"][0].pull_requests is False
+    with pytest.raises(ConfigError, match="pr_max_rounds must be a positive integer"):
+        parse_catalogue({"suites": [dict(suite, pr_max_rounds=0)]})
+    with pytest.raises(ConfigError, match="pull_requests must be true or false"):
+        parse_catalogue({"suites": [dict(suite, pull_requests="yes")]})
