@@ -506,7 +506,6 @@ class PullRequestGitHub(Base):
     __tablename__ = "pull_request_github"
     pull_request_id: Mapped[int] = mapped_column(ForeignKey("pull_requests.id", ondelete="CASCADE"), primary_key=True)
     comment_id: Mapped[str | None] = mapped_column(String(32))
-    head_repository: Mapped[str | None] = mapped_column(String(200))  # a fork's owner/name
 
 
 class GitHubInstallation(Base):

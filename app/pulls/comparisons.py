@@ -309,6 +309,8 @@ def evaluate_one(session: Session, comparison: PullComparison) -> Evaluation:
     rounds: dict[str, int] = {}
     pending = False
     queued = 0
+    if comparison.base_commit_id is None:
+        problems.append("merge-base unknown (the base branch is not in the repository): nothing to compare against")
     for group in _groups(session, comparison):
         key = f"{group.platform}/{group.suite.name}"
         failed = [(side, j) for (side, _), j in group.jobs.items() if j.state == JobState.failed]
@@ -380,6 +382,12 @@ def _publish(session: Session, comparison: PullComparison, *, status: str, probl
                            title=title, summary=comparison.summary, details_url=link)
     outbox.queue_comment(session, pull, report.comment(title, comparison.conclusion if status == "completed" else None,
                                                        comparison.summary))
+    if status == "in_progress" and base is not None:
+        for suite in pr_suites(session):
+            for platform in suite.platforms:
+                github_status.set_status(session, repository_id=repository.id, sha=head.sha, platform=platform,
+                                         suite=suite.name, state="pending",
+                                         description=f"measuring against base {base.sha[:8]} (A/B rounds)")
     if status == "completed":
         by_group: dict[tuple[str, str], list[dict[str, Any]]] = {}
         for v in comparison.verdicts or []:

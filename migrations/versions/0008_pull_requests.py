@@ -49,7 +49,6 @@ def upgrade() -> None:
     op.create_table('pull_request_github',
     sa.Column('pull_request_id', sa.Integer(), nullable=False),
     sa.Column('comment_id', sa.String(length=32), nullable=True),
-    sa.Column('head_repository', sa.String(length=200), nullable=True),
     sa.ForeignKeyConstraint(['pull_request_id'], ['pull_requests.id'], name=op.f('fk_pull_request_github_pull_request_id_pull_requests'), ondelete='CASCADE'),
     sa.PrimaryKeyConstraint('pull_request_id', name=op.f('pk_pull_request_github'))
     )

@@ -49,14 +49,28 @@ def test_per_platform_statuses_on_the_head_say_the_comparison(service, github, b
     with Fleet(service.app, NoiseModel(seed=3, effects={(head, "rocm"): -0.08})):
         service.open_pr("opened", head, base)
         service.settled()
-        service.until(lambda: github.calls("POST", f"/statuses/{head}"), "the statuses")
-        service.until(lambda: len(github.calls("POST", f"/statuses/{head}")) == 5, "five statuses")
-    sent = {r.json["context"]: r.json for r in github.calls("POST", f"/statuses/{head}")}
+        service.until(lambda: len(final_statuses(github, head)) == 5, "five verdict statuses")
+    sent = final_statuses(github, head)
     rocm = sent["parallax/rocm/decode-throughput"]
     assert rocm["state"] == "failure"
     assert rocm["description"].startswith("output_throughput −") and rocm["description"].endswith(f"vs base {base[:8]}")
     assert sent["parallax/cuda/decode-throughput"]["state"] == "success"
     assert not github.calls("POST", f"/statuses/{base}")  # the A/B jobs on the merge-base post nothing
+
+
+def final_statuses(github, sha: str) -> dict[str, dict]:  # type: ignore[no-untyped-def]
+    """The latest status per context, once it is no longer pending."""
+    latest = {r.json["context"]: r.json for r in github.calls("POST", f"/statuses/{sha}")}
+    return {context: body for context, body in latest.items() if body["state"] != "pending"}
+
+
+def test_statuses_say_measuring_against_the_base_while_the_rounds_run(service, github, branch):
+    base, head = branch()
+    service.open_pr("opened", head, base)
+    service.until(lambda: len(github.calls("POST", f"/statuses/{head}")) == 5, "five pending statuses")
+    bodies = [r.json for r in github.calls("POST", f"/statuses/{head}")]
+    assert {b["state"] for b in bodies} == {"pending"}
+    assert {b["description"] for b in bodies} == {f"measuring against base {base[:8]} (A/B rounds)"}
 
 
 @pytest.fixture
@@ -76,7 +90,7 @@ def test_personal_token_mode_sends_statuses_and_the_comment_but_no_check_run(tok
     with Fleet(service.app, NoiseModel(seed=23)):
         service.open_pr("opened", head, base)
         service.settled()
-        service.until(lambda: len(github.calls("POST", f"/statuses/{head}")) == 5 and unsent(service.db) == 0,
+        service.until(lambda: len(final_statuses(github, head)) == 5 and unsent(service.db) == 0,
                       "statuses and the comment")
     assert not github.calls("POST", "/check-runs") and not github.calls("POST", "/access_tokens")
     assert len(github.calls("POST", "/issues/2/comments")) == 1
