@@ -55,6 +55,12 @@ MUTANTS = (
            "host_clock[use.actor] >= use.epoch", "host_clock[use.actor] > use.epoch",
            ("tests/sim/test_race_detector.py::test_a_free_after_the_host_synced_the_user_is_safe",),
            fixtures=False),
+    Mutant("pulls: anyone may use /parallax commands", "app/pulls/commands.py",
+           'if comment.get("author_association") not in ALLOWED:', "if False:",
+           ("tests/pulls/test_pull_commands.py::test_command_from_a_non_member_changes_nothing_and_gets_a_reply[sqlite]",)),
+    Mutant("pulls: a pair's jobs are not pinned to one runner", "app/pulls/comparisons.py",
+           "if job.pull_request_id is None or job.runner_id is None:", "if True:",
+           ("tests/pulls/test_pull_verdicts.py::test_base_and_head_of_a_platform_run_interleaved_on_one_runner[sqlite]",)),
 )
 
 
