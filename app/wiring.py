@@ -16,6 +16,8 @@ from app.github import status as github_status
 from app.jobs import artifacts, queue
 from app.notify import outbox as notify_outbox
 from app.notify import sender as notify_sender
+from app.pulls import comparisons as pulls
+from app.pulls import outbox as pull_outbox
 from app.retention import prune
 
 
@@ -29,10 +31,13 @@ def connect() -> None:
     signals.alert_fixed.connect(notify_outbox.on_alert_fixed)
     signals.bisect_done.connect(notify_outbox.on_bisect_done)
     signals.pull_request_verdict.connect(notify_outbox.on_pull_request_verdict)
+    signals.job_claimed.connect(pulls.on_job_claimed)
+    signals.run_stored.connect(pulls.on_run_stored)
+    signals.job_failed.connect(pulls.on_job_failed)
 
 
 def duties() -> list[Duty]:
     """Every background duty: lease reaping, webhook processing, commit statuses, detection, bisect,
-    notifications, artifact and sample retention."""
+    pull-request comparisons and their GitHub outbox, notifications, artifact and sample retention."""
     return [*queue.DUTIES, *ingest.DUTIES, *github_status.DUTIES, *detection.DUTIES, *bisect.DUTIES,
-            *notify_sender.DUTIES, *artifacts.DUTIES, *prune.DUTIES]
+            *pulls.DUTIES, *pull_outbox.DUTIES, *notify_sender.DUTIES, *artifacts.DUTIES, *prune.DUTIES]

@@ -56,6 +56,9 @@ class SuiteSpec:
     setup: tuple[str, ...] | None = None
     setup_timeout_s: int = 1800
     env: Mapping[str, str] = field(default_factory=dict)
+    # Pull requests: measure base against head (A/B rounds on one runner), at most this many rounds.
+    pull_requests: bool = True
+    pr_max_rounds: int = 12
 
 
 RETENTION_KINDS = ("superseded-pr-head", "bisect-probe", "other-branch", "default-branch")
@@ -94,6 +97,9 @@ class Settings:
     admin_token: str | None = None
     github_webhook_secret: str | None = None
     github_token: str | None = None
+    # GitHub App mode (check runs need it): the app's id and its private key (PEM file).
+    github_app_id: str | None = None
+    github_app_private_key_file: str | None = None
     github_api_url: str = "https://api.github.com"
     public_url: str = "http://127.0.0.1:8000"
     config_path: str | None = None
@@ -183,7 +189,8 @@ def _require(table: Mapping[str, Any], key: str, where: str, kind: type) -> Any:
 
 
 SUITE_KEYS = frozenset({"name", "command", "platforms", "timeout_s", "repeats", "commit_policy", "labels",
-                        "max_attempts", "adapter", "outputs", "setup", "setup_timeout_s", "env"})
+                        "max_attempts", "adapter", "outputs", "setup", "setup_timeout_s", "env",
+                        "pull_requests", "pr_max_rounds"})
 
 
 def _adapter_keys(table: Mapping[str, Any], where: str, known_platforms: tuple[str, ...]) -> dict[str, Any]:
@@ -257,7 +264,11 @@ def parse_catalogue(data: Mapping[str, Any], source: str = "parallax.toml") -> d
             raise ConfigError(f"{where}.commit_policy must be 'every' or 'head', got {policy!r}")
         timeout_s = table.get("timeout_s", 1800)
         repeats = table.get("repeats", 5)
-        for key, value in (("timeout_s", timeout_s), ("repeats", repeats)):
+        pr_max_rounds = table.get("pr_max_rounds", 12)
+        pull_requests = table.get("pull_requests", True)
+        if not isinstance(pull_requests, bool):
+            raise ConfigError(f"{where}.pull_requests must be true or false, got {pull_requests!r}")
+        for key, value in (("timeout_s", timeout_s), ("repeats", repeats), ("pr_max_rounds", pr_max_rounds)):
             if not isinstance(value, int) or value <= 0:
                 raise ConfigError(f"{where}.{key} must be a positive integer, got {value!r}")
         suites.append(SuiteSpec(
@@ -269,6 +280,8 @@ def parse_catalogue(data: Mapping[str, Any], source: str = "parallax.toml") -> d
             commit_policy=policy,
             labels=dict(table.get("labels", {})),
             max_attempts=int(table.get("max_attempts", 3)),
+            pull_requests=pull_requests,
+            pr_max_rounds=pr_max_rounds,
             **_adapter_keys(table, where, known_platforms=platforms),
         ))
     return {"repositories": tuple(repositories), "suites": tuple(suites), "platforms": platforms,
@@ -358,6 +371,8 @@ def load_settings(env: Mapping[str, str] | None = None, **overrides: Any) -> Set
         "admin_token": env.get("PARALLAX_ADMIN_TOKEN") or None,
         "github_webhook_secret": env.get("PARALLAX_GITHUB_WEBHOOK_SECRET") or None,
         "github_token": env.get("PARALLAX_GITHUB_TOKEN") or None,
+        "github_app_id": env.get("PARALLAX_GITHUB_APP_ID") or None,
+        "github_app_private_key_file": env.get("PARALLAX_GITHUB_APP_PRIVATE_KEY_FILE") or None,
         "github_api_url": (env.get("PARALLAX_GITHUB_API_URL") or "https://api.github.com").rstrip("/"),
         "public_url": (env.get("PARALLAX_PUBLIC_URL") or "http://127.0.0.1:8000").rstrip("/"),
         "lease_s": _int_env(env, "PARALLAX_LEASE_S", 120),
@@ -384,6 +399,10 @@ def load_settings(env: Mapping[str, str] | None = None, **overrides: Any) -> Set
         "max_artifact_bytes": _int_env(env, "PARALLAX_MAX_ARTIFACT_BYTES", 16_000_000, positive=True),
         "artifact_retention_days": _float_env(env, "PARALLAX_ARTIFACT_RETENTION_DAYS", 30.0, positive=True),
     }
+    if bool(values["github_app_id"]) != bool(values["github_app_private_key_file"]):
+        missing = "PARALLAX_GITHUB_APP_PRIVATE_KEY_FILE" if values["github_app_id"] else "PARALLAX_GITHUB_APP_ID"
+        raise ConfigError(f"GitHub App mode needs both PARALLAX_GITHUB_APP_ID and PARALLAX_GITHUB_APP_PRIVATE_KEY_FILE; "
+                          f"{missing} is not set")
     config_path = overrides.pop("config_path", None) or env.get("PARALLAX_CONFIG")
     if config_path is None and Path("parallax.toml").is_file():
         config_path = "parallax.toml"

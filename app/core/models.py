@@ -183,6 +183,8 @@ class Suite(Base):
     setup: Mapped[list[Any] | None] = mapped_column(JSON)
     setup_timeout_s: Mapped[int] = mapped_column(Integer, default=1800)
     env: Mapped[dict[str, Any]] = mapped_column(JSON, default=dict)
+    pull_requests: Mapped[bool] = mapped_column(Boolean, default=True)  # measured base against head on PRs
+    pr_max_rounds: Mapped[int] = mapped_column(Integer, default=12)  # A/B rounds per platform at most
 
 
 class RegistrationToken(Base):
@@ -249,6 +251,8 @@ class Job(Base):
     log_bytes: Mapped[int] = mapped_column(Integer, default=0)
     pull_request_id: Mapped[int | None] = mapped_column(ForeignKey("pull_requests.id"))
     bisect_id: Mapped[int | None] = mapped_column(ForeignKey("bisects.id"))
+    # Only this runner may claim the job (a pull request's base/head pair runs on one machine).
+    pinned_runner_id: Mapped[int | None] = mapped_column(ForeignKey("runners.id"))
     created_at: Mapped[datetime] = mapped_column(default=utcnow)
     started_at: Mapped[datetime | None]
     finished_at: Mapped[datetime | None]
@@ -552,3 +556,75 @@ class NotificationDelivery(Base):
     last_error: Mapped[str | None] = mapped_column(Text)
     created_at: Mapped[datetime] = mapped_column(default=utcnow)
     sent_at: Mapped[datetime | None]
+
+
+# --- pull requests (issue 26) ---
+
+class PullComparison(Base):
+    """One head of a pull request measured against its merge-base: A/B rounds per platform and
+    suite, the verdicts, and what GitHub was told. A newer head supersedes it (results kept)."""
+
+    __tablename__ = "pull_comparisons"
+    id: Mapped[int] = mapped_column(primary_key=True)
+    pull_request_id: Mapped[int] = mapped_column(ForeignKey("pull_requests.id", ondelete="CASCADE"), index=True)
+    head_commit_id: Mapped[int] = mapped_column(ForeignKey("commits.id"))
+    base_commit_id: Mapped[int | None] = mapped_column(ForeignKey("commits.id"))
+    state: Mapped[str] = mapped_column(String(16), default="measuring")  # measuring/done/superseded/closed
+    conclusion: Mapped[str | None] = mapped_column(String(16))  # success/failure/neutral
+    title: Mapped[str | None] = mapped_column(String(500))
+    summary: Mapped[str | None] = mapped_column(Text)
+    verdicts: Mapped[list[Any]] = mapped_column(JSON, default=list)
+    classification: Mapped[list[Any]] = mapped_column(JSON, default=list)
+    accepted_by: Mapped[str | None] = mapped_column(String(128))
+    check_run_id: Mapped[str | None] = mapped_column(String(32))
+    dirty: Mapped[bool] = mapped_column(Boolean, default=True, index=True)
+    created_at: Mapped[datetime] = mapped_column(default=utcnow)
+    updated_at: Mapped[datetime] = mapped_column(default=utcnow)
+
+
+class PullComparisonJob(Base):
+    """A job of a comparison: which side (base/head) and which A/B round it measures (a rerun of
+    one platform links the other platforms' jobs to the new comparison too)."""
+
+    __tablename__ = "pull_comparison_jobs"
+    comparison_id: Mapped[int] = mapped_column(ForeignKey("pull_comparisons.id", ondelete="CASCADE"), primary_key=True)
+    job_id: Mapped[int] = mapped_column(ForeignKey("jobs.id", ondelete="CASCADE"), primary_key=True, index=True)
+    suite_id: Mapped[int] = mapped_column(ForeignKey("suites.id"))
+    platform: Mapped[str] = mapped_column(String(64))
+    side: Mapped[str] = mapped_column(String(8))  # base/head
+    round: Mapped[int] = mapped_column(Integer)
+
+
+class PullRequestGitHub(Base):
+    """What Parallax keeps of a pull request on GitHub: the one comment it edits in place."""
+
+    __tablename__ = "pull_request_github"
+    pull_request_id: Mapped[int] = mapped_column(ForeignKey("pull_requests.id", ondelete="CASCADE"), primary_key=True)
+    comment_id: Mapped[str | None] = mapped_column(String(32))
+
+
+class GitHubInstallation(Base):
+    """The GitHub App installation that covers a repository (from its webhooks' `installation.id`)."""
+
+    __tablename__ = "github_installations"
+    repository_id: Mapped[int] = mapped_column(ForeignKey("repositories.id", ondelete="CASCADE"), primary_key=True)
+    installation_id: Mapped[int] = mapped_column(Integer)
+    updated_at: Mapped[datetime] = mapped_column(default=utcnow)
+
+
+class PullRequestWrite(Base):
+    """Outbox of pull-request writes to GitHub (the check run, the comment, replies to commands),
+    sent by the "github-pulls" duty with the commit-status outbox's retries and rate-limit pauses.
+    The newest unsent check run or comment of a pull request replaces the older ones."""
+
+    __tablename__ = "pull_request_writes"
+    id: Mapped[int] = mapped_column(primary_key=True)
+    pull_request_id: Mapped[int] = mapped_column(ForeignKey("pull_requests.id", ondelete="CASCADE"), index=True)
+    comparison_id: Mapped[int | None] = mapped_column(ForeignKey("pull_comparisons.id", ondelete="CASCADE"))
+    kind: Mapped[str] = mapped_column(String(16))  # check_run/comment/reply
+    body: Mapped[dict[str, Any]] = mapped_column(JSON, default=dict)
+    attempts: Mapped[int] = mapped_column(Integer, default=0)
+    next_attempt_at: Mapped[datetime] = mapped_column(default=utcnow, index=True)
+    sent_at: Mapped[datetime | None]
+    last_error: Mapped[str | None] = mapped_column(Text)
+    created_at: Mapped[datetime] = mapped_column(default=utcnow)

@@ -19,3 +19,4 @@ pull_request_verdict = _signals.signal("pull-request-verdict", doc="sender: Sess
 alert_opened = _signals.signal("alert-opened", doc="sender: Session; alert=Alert a new regression opened")
 alert_fixed = _signals.signal("alert-fixed", doc="sender: Session; alert=Alert whose regressions were all restored")
 bisect_done = _signals.signal("bisect-done", doc="sender: Session; bisect=Bisect that finished with an answer")
+job_claimed = _signals.signal("job-claimed", doc="sender: Session; job=Job just claimed (runner_id set)")

@@ -37,9 +37,10 @@ from tqdm import tqdm
 from app.auth.tokens import create_registration_token
 from app.core.db import Database
 from app.core.migrate import upgrade
-from app.core.models import Bisect, BisectState, Commit, DetectionState, Job, JobState
+from app.core.models import Bisect, BisectState, Commit, DetectionState, Job, JobState, PullRequest, Repository
 from app.demo.service_process import ServiceProcess
-from app.demo.story import EngineRepository, Story, default_story
+from app.demo.story import EngineRepository, PullStory, Story, default_story, pull_request_story
+from app.pulls import comparisons, report
 
 ROOT = Path(__file__).resolve().parents[2]
 REPOSITORY = "demo/engine"
@@ -68,7 +69,9 @@ def write_config(path: Path, repository: Path, model: str, repeats: int) -> None
         f'[[suites]]\nname = "{SUITE}"\ncommand = [{command}]\nplatforms = {json.dumps(list(PLATFORMS))}\n'
         f'timeout_s = 600\nrepeats = {repeats}\n'
         '# Only the head of each push is measured; a regression inside a push is found by bisect.\n'
-        'commit_policy = "head"\n')
+        'commit_policy = "head"\n'
+        '# Pull requests: A/B rounds on one runner per platform, at most 6 here to keep the demo short.\n'
+        'pr_max_rounds = 6\n')
 
 
 @contextlib.contextmanager
@@ -200,17 +203,26 @@ class Demo:
     # ------------------------------------------------------------ webhooks
 
     def push(self, base: str, before: str | None, after: str, shas: list[str]) -> None:
-        payload = {"ref": "refs/heads/main", "before": before or ZERO_SHA, "after": after,
-                   "created": before is None, "deleted": False, "forced": False,
-                   "commits": [{"id": sha} for sha in shas],
-                   "repository": {"full_name": REPOSITORY, "clone_url": str(self.work / "engine-repo")}}
+        self._deliver(base, "push", {"ref": "refs/heads/main", "before": before or ZERO_SHA, "after": after,
+                                     "created": before is None, "deleted": False, "forced": False,
+                                     "commits": [{"id": sha} for sha in shas]})
+
+    def pull_request(self, base: str, action: str, story: PullStory, head: str, base_sha: str,
+                     merged: bool = False) -> None:
+        self._deliver(base, "pull_request", {
+            "action": action, "number": story.number,
+            "pull_request": {"number": story.number, "title": story.title, "merged": merged,
+                             "head": {"sha": head, "ref": story.branch}, "base": {"ref": "main", "sha": base_sha}}})
+
+    def _deliver(self, base: str, event: str, payload: dict[str, Any]) -> None:
+        payload["repository"] = {"full_name": REPOSITORY, "clone_url": str(self.work / "engine-repo")}
         body = json.dumps(payload).encode()
         signature = "sha256=" + hmac.new(self.secret.encode(), body, hashlib.sha256).hexdigest()
         response = requests.post(f"{base}/webhooks/github", data=body, timeout=30, headers={
-            "X-GitHub-Event": "push", "X-GitHub-Delivery": str(uuid.uuid4()),
+            "X-GitHub-Event": event, "X-GitHub-Delivery": str(uuid.uuid4()),
             "X-Hub-Signature-256": signature, "Content-Type": "application/json"})
         if response.status_code not in (200, 202):
-            raise DemoError(f"the service refused the push webhook: {response.status_code} {response.text}")
+            raise DemoError(f"the service refused the {event} webhook: {response.status_code} {response.text}")
 
     # ------------------------------------------------------------ progress
 
@@ -289,7 +301,9 @@ def _run(demo: Demo, exit_when_done: bool) -> int:
             demo.start_runners(service.base, registration)
             _play(demo, service.base, db, repo)
             _wait_until_settled(demo, db)
+            verdicts = _play_pull_request(demo, service.base, db, repo, pull_request_story())
             code = _summarise(demo, service.base, repo, time.monotonic() - started)
+            code = max(code, _summarise_pull_request(service.base, pull_request_story(), verdicts))
             if not exit_when_done:
                 click.secho(f"\nServing the dashboard at {service.base}/ — press Ctrl-C to stop.", bold=True)
                 with contextlib.suppress(KeyboardInterrupt):
@@ -323,6 +337,95 @@ def _play(demo: Demo, base: str, db: Database, repo: EngineRepository) -> None:
             _update(demo, db, bars)
     finally:
         _close(bars)
+
+
+def _play_pull_request(demo: Demo, base: str, db: Database, repo: EngineRepository,
+                       story: PullStory) -> list[PullVerdict]:
+    """Open the pull request, wait for its verdict, push the fix to it, wait again, merge it."""
+    _step(f"pull request #{story.number}: {story.title}")
+    main_head = repo.head()
+    assert main_head is not None
+    repo.checkout(story.branch, create=True)
+    verdicts = []
+    try:
+        for action, change in (("opened", story.regression), ("synchronize", story.fix)):
+            _, head, _ = repo.push([change])
+            demo.pull_request(base, action, story, head, main_head)
+            tqdm.write(f"pull request #{story.number} {action}: {head[:10]} — {change.message}")
+            verdicts.append(_wait_for_verdict(demo, base, db, story, head))
+            tqdm.write(f"  check: {verdicts[-1].conclusion} — {verdicts[-1].title}")
+        demo.pull_request(base, "closed", story, head, main_head, merged=True)
+        tqdm.write(f"pull request #{story.number} merged")
+    finally:
+        repo.checkout("main")
+    return verdicts
+
+
+@dataclass(frozen=True)
+class PullVerdict:
+    head: str
+    conclusion: str | None
+    title: str | None
+    comment: str
+    rounds: int
+
+
+def _wait_for_verdict(demo: Demo, base: str, db: Database, story: PullStory, head: str) -> PullVerdict:
+    url = f"{base}/api/v1/pulls/{REPOSITORY}/{story.number}"
+    deadline = time.monotonic() + demo.timeout_s
+    bars = _bars()
+    try:
+        while time.monotonic() < deadline:
+            _update(demo, db, bars)
+            response = requests.get(url, timeout=30)
+            found = response.json() if response.status_code == 200 else {}
+            if found.get("head") == head and found.get("state") == "done":
+                return PullVerdict(head, found["conclusion"], found["title_line"], _comment_text(db, story),
+                                   found["rounds"])
+            time.sleep(1)
+    finally:
+        _close(bars)
+    raise DemoError(f"pull request #{story.number} had no verdict for {head[:10]} after {demo.timeout_s:.0f} s; "
+                    f"see {url}")
+
+
+def _comment_text(db: Database, story: PullStory) -> str:
+    """The comment Parallax keeps on the pull request (posted when a GitHub token is set)."""
+    with db.session() as session:
+        pull = session.scalar(select(PullRequest).join(Repository, Repository.id == PullRequest.repository_id)
+                              .where(Repository.name == REPOSITORY, PullRequest.number == story.number))
+        current = comparisons.latest(session, pull.id) if pull is not None else None
+        if current is None:
+            return ""
+        return report.comment(current.title or "", current.conclusion, current.summary or "")
+
+
+def _summarise_pull_request(base: str, story: PullStory, verdicts: list[PullVerdict]) -> int:
+    click.secho(f"\nPull request #{story.number}: {story.title}", bold=True)
+    for verdict, change in zip(verdicts, (story.regression, story.fix)):
+        click.echo(f"  {verdict.head[:10]} ({change.message.split(' (')[0]}): check {verdict.conclusion} — "
+                   f"{verdict.title} ({verdict.rounds} A/B rounds)")
+    if verdicts:
+        click.echo("  The pull request's comment, as edited after the fix:")
+        click.echo("\n".join(f"    {line}" for line in verdicts[-1].comment.splitlines()))
+    click.echo(f"  Page: {base}/pulls/{story.number}?repository={REPOSITORY}")
+    problems = pull_request_problems(verdicts)
+    for problem in problems:
+        click.secho(f"  {problem}", fg="yellow")
+    return 0 if not problems else 2
+
+
+def pull_request_problems(verdicts: list[PullVerdict]) -> list[str]:
+    """What the story expects: a failing check on rocm-sim only, then a green one."""
+    problems = []
+    if len(verdicts) != 2:
+        return [f"expected two verdicts (the barrier, then the fix), got {len(verdicts)}"]
+    first, second = verdicts
+    if first.conclusion != "failure" or not (first.title or "").endswith("rocm-sim only"):
+        problems.append(f"expected a failing check on rocm-sim only for the barrier, got {first.conclusion}: {first.title}")
+    if second.conclusion != "success":
+        problems.append(f"expected a green check after the fix, got {second.conclusion}: {second.title}")
+    return problems
 
 
 def _measured(db: Database, sha: str) -> bool:

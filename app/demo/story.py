@@ -131,6 +131,29 @@ def default_story(quick: bool = False) -> Story:
     return Story(pushes)
 
 
+@dataclass(frozen=True)
+class PullStory:
+    """The pull request told after the history: it turns the WAR barrier on for every platform
+    (as SGLang #26380 did), gets a failing check on rocm-sim only, and the author pushes the
+    CUDA-only fix to the same branch; the check turns green and it is merged."""
+
+    number: int
+    branch: str
+    title: str
+    regression: Change
+    fix: Change
+
+
+def pull_request_story() -> PullStory:
+    return PullStory(
+        number=1, branch="war-barrier-everywhere",
+        title="overlap: order the schedule stream after the forward stream on every platform",
+        regression=Change("overlap: WAR barrier on every platform (as in SGLang #26380)",
+                          _policy(ROCM_DEFAULT, ROCM_WAR_BARRIER), "regression", ("rocm-sim",)),
+        fix=Change("overlap: keep the WAR barrier CUDA-only (review: it costs ROCm its overlap)",
+                   _policy(ROCM_WAR_BARRIER, ROCM_DEFAULT), "fix", ("rocm-sim",)))
+
+
 @dataclass
 class EngineRepository:
     """A git repository holding a copy of `scheduler_core/`, grown one push at a time."""
@@ -154,6 +177,9 @@ class EngineRepository:
             return git(self.path, "rev-parse", "HEAD")
         except Exception:  # no commit yet
             return None
+
+    def checkout(self, branch: str, create: bool = False) -> None:
+        git(self.path, "checkout", "-q", *(["-b"] if create else []), branch)
 
     def push(self, changes: list[Change]) -> tuple[str | None, str, list[str]]:
         """Commit `changes` in order; returns (head before, head after, the new SHAs)."""

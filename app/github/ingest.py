@@ -33,15 +33,17 @@ from app.core.db import Database
 from app.core.duties import Duty
 from app.core.errors import APIError, Unauthorized
 from app.core.limits import invalid_unicode_field
-from app.core.models import Repository, WebhookDelivery
+from app.core.models import PullRequest, Repository, WebhookDelivery
 from app.core.shas import SHA_RE
 from app.git import commit_graph
 from app.git.mirror import ZERO_SHA, Mirror
+from app.github import app_auth
 from app.jobs import matrix
+from app.pulls import commands, comparisons
 
 log = logging.getLogger(__name__)
 
-PULL_REQUEST_ACTIONS = ("opened", "synchronize", "reopened")
+PULL_REQUEST_ACTIONS = ("opened", "synchronize", "reopened", "closed")
 CLAIM_S = 600.0  # a delivery's processing (a first fetch of a large repository) may take minutes
 RETRY_DELAYS_S = (10, 60, 300, 1800)
 MISSING_RETRY_DELAYS_S = (10, 60)  # then `error`; `parallax deliveries retry` tries again
@@ -154,8 +156,12 @@ def classify(session: Session, event: str, payload: dict[str, Any]) -> Verdict:
     """Decide from the payload alone (plus the tracked repositories) what the delivery is."""
     if event == "ping":
         return Verdict("done", 200, "pong")
-    if event not in ("push", "pull_request"):
-        return Verdict("ignored", 202, f"event {event!r} is not handled (only push and pull_request)")
+    if event not in ("push", "pull_request", "issue_comment"):
+        return Verdict("ignored", 202, f"event {event!r} is not handled (only push, pull_request and issue_comment)")
+    if event == "issue_comment":
+        ignored = _classify_comment(payload)
+        if ignored is not None:
+            return ignored
     if event == "push":
         ref = _field(payload, "ref", str)
         _sha_field(payload, "before")
@@ -166,7 +172,8 @@ def classify(session: Session, event: str, payload: dict[str, Any]) -> Verdict:
             return Verdict("ignored", 202, f"branch deletion ({ref}) changes nothing")
         if not ref.startswith("refs/heads/"):
             return Verdict("ignored", 202, f"push to {ref} is not a branch push")
-    else:
+    elif event == "pull_request":
+        _field(payload, "pull_request", dict)
         action = _field(payload, "action", str)
         if action not in PULL_REQUEST_ACTIONS:
             return Verdict("ignored", 202, f"pull_request action {action!r} is not handled "
@@ -184,6 +191,21 @@ def classify(session: Session, event: str, payload: dict[str, Any]) -> Verdict:
             return Verdict("ignored", 202, f"branch {branch!r} is not tracked (only the default branch "
                                            f"{repo.default_branch!r}; other branches are measured as pull requests)")
     return Verdict("pending", 202, "queued for processing")
+
+
+def _classify_comment(payload: dict[str, Any]) -> Verdict | None:
+    """A pull-request comment that holds a `/parallax` command is processed; others are ignored."""
+    action = _field(payload, "action", str)
+    if action != "created":
+        return Verdict("ignored", 202, f"issue_comment action {action!r} is not handled (only created)")
+    issue = _field(payload, "issue", dict)
+    _field(payload, "issue.number", int)
+    body = _field(payload, "comment.body", str)
+    if not isinstance(issue.get("pull_request"), dict):
+        return Verdict("ignored", 202, "comment on an issue, not on a pull request")
+    if not commands.mentions_command(body):
+        return Verdict("ignored", 202, "comment holds no /parallax command")
+    return None
 
 
 # ---------------------------------------------------------------- processing
@@ -294,7 +316,7 @@ def fetch_for(mirror: Mirror, event: str, payload: dict[str, Any]) -> None:
     never a URL from the payload."""
     if event == "push" and isinstance(payload.get("after"), str) and SHA_RE.match(payload["after"]):
         mirror.fetch(extra=[payload["after"]])
-    elif event == "pull_request":
+    elif event == "pull_request" and payload.get("action") != "closed":
         pr = payload.get("pull_request") or {}
         extra = []
         if isinstance(pr.get("number"), int):
@@ -318,8 +340,11 @@ def handle(session: Session, settings: Settings, event: str, payload: dict[str, 
     repository = find_repository(session, payload)
     assert repository is not None
     mirror = mirror_for(settings, repository)
+    app_auth.remember_installation(session, repository, (payload.get("installation") or {}).get("id"))
     if event == "push":
         return "done", _handle_push(session, repository, mirror, payload)
+    if event == "issue_comment":
+        return "done", commands.handle(session, repository, payload)
     return "done", _handle_pull_request(session, repository, mirror, payload)
 
 
@@ -346,16 +371,23 @@ def _handle_pull_request(session: Session, repository: Repository, mirror: Mirro
     base_sha = pr["base"].get("sha") if isinstance(pr["base"].get("sha"), str) else None
     if base_sha is not None and not SHA_RE.match(base_sha):
         base_sha = None
+    if payload["action"] == "closed":
+        pull = session.scalar(select(PullRequest).where(PullRequest.repository_id == repository.id,
+                                                        PullRequest.number == number))
+        if pull is None:
+            return f"pull request #{number} closed; it was never measured"
+        pull.state = "merged" if pr.get("merged") is True else "closed"
+        cancelled = comparisons.close(session, pull)
+        return f"pull request #{number} {pull.state}: {cancelled} queued job(s) cancelled"
     if not mirror.has_commit(head):
         raise CommitMissing(f"pull request #{number} head {head} is not in {repository.url}, even after a fresh fetch")
     pull, head_commit, merge_base = commit_graph.record_pull_request(
         session, repository, mirror, number=number, title=pr.get("title") if isinstance(pr.get("title"), str) else None,
         base_branch=base_branch, head=head, base=base_sha)
-    queued = matrix.queue_pull_request(session, repository, pull.id, head_commit, merge_base)
-    created = sum(1 for q in queued if q.created)
+    comparison, queued = comparisons.start(session, repository, pull, head_commit, merge_base)
     base_text = merge_base.sha[:12] if merge_base else "unknown"
     return (f"pull request #{number} ({payload['action']}) head {head[:12]}, merge-base {base_text}: "
-            f"{created} job(s) queued, {len(queued) - created} already queued or done")
+            f"{queued} job(s) queued" + ("" if queued else f" (head already compared in comparison {comparison.id})"))
 
 
 DUTIES = [Duty("webhooks", lambda db: process_pending(db, current_settings()), interval_s=1.0, lease_s=60.0)]

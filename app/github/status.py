@@ -30,6 +30,7 @@ from app.core.config import Settings, current_settings, use_settings
 from app.core.db import Database
 from app.core.duties import Duty
 from app.core.models import CommitStatusUpdate, Job, JobReason, Measurement, Repository, Run, Suite
+from app.github import app_auth
 from app.jobs import queue
 
 log = logging.getLogger(__name__)
@@ -46,7 +47,7 @@ SILENT_REASONS = (JobReason.bisect, JobReason.backfill, JobReason.confirm)
 
 
 def enabled_for(settings: Settings, repository_name: str) -> bool:
-    return bool(settings.github_token) and bool(OWNER_NAME_RE.match(repository_name))
+    return app_auth.enabled(settings) and bool(OWNER_NAME_RE.match(repository_name))
 
 
 # ---------------------------------------------------------------- outbox
@@ -63,7 +64,7 @@ def set_status(session: Session, *, repository_id: int, sha: str, platform: str,
     if state not in STATES:
         raise ValueError(f"state must be one of {', '.join(STATES)}, got {state!r}")
     settings = current_settings()
-    if not settings.github_token:
+    if not app_auth.enabled(settings):
         return
     repository = session.get(Repository, repository_id)
     if repository is None or not enabled_for(settings, repository.name):
@@ -92,8 +93,13 @@ def _job_cell(session: Session, job: Job) -> tuple[str, str]:
     return sha, suite.name
 
 
+def _silent(job: Job) -> bool:
+    """Parallax's own questions, and a pull request's A/B jobs (its comparison posts the verdict)."""
+    return job.reason in SILENT_REASONS or job.pull_request_id is not None
+
+
 def on_job_queued(session: Session, job: Job) -> None:
-    if job.reason in SILENT_REASONS:
+    if _silent(job):
         return
     sha, suite = _job_cell(session, job)
     set_status(session, repository_id=job.repository_id, sha=sha, platform=job.platform, suite=suite,
@@ -115,7 +121,7 @@ def _format(value: float) -> str:
 
 def on_run_stored(session: Session, run: Run) -> None:
     job = session.get(Job, run.job_id)
-    if job is None or job.reason in SILENT_REASONS:
+    if job is None or _silent(job):
         return
     sha, suite = _job_cell(session, job)
     measurements = list(run.measurements)
@@ -124,7 +130,7 @@ def on_run_stored(session: Session, run: Run) -> None:
 
 
 def on_job_failed(session: Session, job: Job) -> None:
-    if job.reason in SILENT_REASONS:
+    if _silent(job):
         return
     sha, suite = _job_cell(session, job)
     reason = (job.failure_reason or "").strip().splitlines()[0] if (job.failure_reason or "").strip() else "no reason given"
@@ -198,7 +204,7 @@ def send_due(db: Database, settings: Settings, *, limit: int = 200, budget_s: fl
              timeout: tuple[float, float] = (5.0, 10.0), http: requests.Session | None = None) -> SendReport:
     """Send the due outbox rows, oldest first, within `budget_s` seconds."""
     report = SendReport()
-    if not settings.github_token:
+    if not app_auth.enabled(settings):
         return report
     # Runs stored since the last delivery have not queued their "success" yet: queue it first,
     # so a "pending" that it supersedes is not sent in its place.
@@ -208,15 +214,13 @@ def send_due(db: Database, settings: Settings, *, limit: int = 200, budget_s: fl
     moment = utcnow()
     with db.session() as session:
         due = list(session.execute(
-            select(CommitStatusUpdate.id, Repository.name)
+            select(CommitStatusUpdate.id, Repository.name, Repository.id)
             .join(Repository, Repository.id == CommitStatusUpdate.repository_id)
             .where(CommitStatusUpdate.sent_at.is_(None), CommitStatusUpdate.attempts < MAX_ATTEMPTS,
                    CommitStatusUpdate.next_attempt_at <= moment)
             .order_by(CommitStatusUpdate.id).limit(limit)))
     http = http or requests.Session()
-    headers = {"Authorization": f"Bearer {settings.github_token}", "Accept": "application/vnd.github+json",
-               "X-GitHub-Api-Version": "2022-11-28", "User-Agent": "parallax-ci"}
-    for row_id, repository_name in due:
+    for row_id, repository_name, repository_id in due:
         if time.monotonic() - started > budget_s:
             break
         if not OWNER_NAME_RE.match(repository_name):
@@ -235,9 +239,11 @@ def send_due(db: Database, settings: Settings, *, limit: int = 200, budget_s: fl
                     "target_url": row.target_url}
             url = f"{settings.github_api_url}/repos/{repository_name}/statuses/{row.sha}"
             attempts = row.attempts
+            installation_id = app_auth.installation_for(session, repository_id)
         try:
+            headers = app_auth.headers(settings, installation_id, http=http, timeout=timeout)
             response = http.post(url, json=body, headers=headers, timeout=timeout)
-        except requests.RequestException as exc:
+        except (requests.RequestException, app_auth.MissingInstallation) as exc:
             _retry(db, row_id, attempts, f"{type(exc).__name__}: {exc}", report)
             continue
         if 200 <= response.status_code < 300:

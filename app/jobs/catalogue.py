@@ -47,6 +47,8 @@ def sync_catalogue(session: Session, settings: Settings) -> list[str]:
         suite.setup = list(spec.setup) if spec.setup else None
         suite.setup_timeout_s = spec.setup_timeout_s
         suite.env = dict(spec.env)
+        suite.pull_requests = spec.pull_requests
+        suite.pr_max_rounds = spec.pr_max_rounds
         if before is None:
             changes.append(f"suite {spec.name} added")
         elif before != _suite_fields(suite):
@@ -61,4 +63,5 @@ def sync_catalogue(session: Session, settings: Settings) -> list[str]:
 def _suite_fields(suite: Suite) -> tuple[object, ...]:
     return (list(suite.command), list(suite.platforms or []), dict(suite.labels or {}), suite.timeout_s, suite.repeats,
             suite.commit_policy, suite.max_attempts, suite.adapter, list(suite.outputs or []),
-            list(suite.setup) if suite.setup else None, suite.setup_timeout_s, dict(suite.env or {}))
+            list(suite.setup) if suite.setup else None, suite.setup_timeout_s, dict(suite.env or {}),
+            suite.pull_requests, suite.pr_max_rounds)

@@ -12,7 +12,7 @@ import time
 from datetime import timedelta
 from typing import Any
 
-from sqlalchemy import delete, event, func, select, update
+from sqlalchemy import delete, event, func, or_, select, update
 from sqlalchemy import true as sa_true
 from sqlalchemy.orm import Session, selectinload
 
@@ -171,7 +171,8 @@ def try_claim(db: Database, runner_id: int, lease_s: int, *, platform: str, labe
     claimers take turns."""
     with db.session() as session:
         query = (select(Job, Suite).join(Suite, Suite.id == Job.suite_id)
-                 .where(Job.state == JobState.queued, Job.platform == platform)
+                 .where(Job.state == JobState.queued, Job.platform == platform,
+                        or_(Job.pinned_runner_id.is_(None), Job.pinned_runner_id == runner_id))
                  .order_by(Job.priority.desc(), Job.id.asc()).limit(25))
         if not is_sqlite(session):
             query = query.with_for_update(skip_locked=True, of=Job)
@@ -191,6 +192,7 @@ def try_claim(db: Database, runner_id: int, lease_s: int, *, platform: str, labe
             job.started_at = moment
             session.add(JobAttempt(job_id=job.id, attempt=job.attempt, runner_id=runner_id, claimed_at=moment))
             session.flush()
+            signals.job_claimed.send(session, job=job)
             # Load what the claim response needs while the session is open, so the caller can
             # answer without going back to the database (a failure then would strand the job
             # until its lease expires): one statement puts the commit and repository in the

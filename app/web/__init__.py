@@ -25,6 +25,7 @@ from app.web.bisect_api import bp as bisect_bp
 from app.web.dashboard import bp as dashboard_bp
 from app.web.metrics import bp as metrics_bp
 from app.web.operator_api import bp as operator_bp
+from app.web.pulls_api import bp as pulls_bp
 from app.web.runner_api import bp as runner_bp
 from app.web.series_api import bp as series_bp
 from app.web.session import close_request_session, mark_written
@@ -78,7 +79,7 @@ def create_app(config: Settings | dict[str, Any] | None = None, *, check_schema:
     guards.register(flask_app)
     capacity.install(flask_app, settings)
     for blueprint in (runner_bp, admin_bp, api_bp, bisect_bp, webhooks_bp, series_bp, dashboard_bp, metrics_bp,
-                      operator_bp, api_reference_bp, uploads_bp, artifacts_bp):
+                      operator_bp, api_reference_bp, uploads_bp, artifacts_bp, pulls_bp):
         flask_app.register_blueprint(blueprint)
 
     flask_app.after_request(mark_written)

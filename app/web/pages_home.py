@@ -20,6 +20,7 @@ from app.core.models import Alert, AlertChange, Commit, Job, JobState, Repositor
 from app.detection.detector import DEFAULT_CONFIG
 from app.github.deliveries import counts as delivery_counts
 from app.jobs.queue import queue_depth
+from app.pulls.view import open_pulls
 from app.web.dash_common import OPEN_STATES, median, relative, verdict_of
 from app.web.dash_queries import group_by_series, headline_metrics, positions, previous_samples, readings, recent_commits
 from app.web.session import request_session
@@ -167,5 +168,5 @@ def _content() -> str:
         repositories.append({"repo": repository, "commits": commits, "ordered": ordered, "columns": columns,
                              "cells": cells, "headers": headers})
     return render_template("home_body.html", repositories=repositories, alerts=open_alerts(session),
-                           fleet=fleet(session), deliveries=delivery_counts(session),
+                           fleet=fleet(session), deliveries=delivery_counts(session), pulls=open_pulls(session),
                            min_change=f"{DEFAULT_CONFIG.min_relative:.0%}", min_points=DEFAULT_CONFIG.min_points)

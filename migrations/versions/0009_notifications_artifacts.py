@@ -1,14 +1,14 @@
 """job_artifacts (files jobs upload beside their results) and notification_deliveries (outbox)
 
 Revision ID: 0009
-Revises: 0007
+Revises: 0008
 Create Date: 2026-12-04 15:00:00
 """
 import sqlalchemy as sa
 from alembic import op
 
 revision = '0009'
-down_revision = '0007'
+down_revision = '0008'
 branch_labels = None
 depends_on = None
 

@@ -1,10 +1,13 @@
 """A local HTTP server that stands in for api.github.com: it records every request and answers
-from a script (status, headers, body, or a hang), then 201 once the script is used up."""
+from a script (status, headers, body, or a hang); once the script is used up it answers like
+GitHub would: an installation access token, a new id for each created object (check runs,
+comments), the object for a PATCH, and an empty list for a GET."""
 from __future__ import annotations
 
 import json
 import threading
 from dataclasses import dataclass, field
+from datetime import datetime, timedelta, timezone
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
@@ -31,15 +34,25 @@ class FakeGitHub:
         self.requests: list[Recorded] = []
         self.script: list[Reply] = []
         self.release = threading.Event()
+        self.next_id = 1000
         owner = self
 
         class Handler(BaseHTTPRequestHandler):
             def do_POST(self) -> None:  # noqa: N802 (http.server's naming)
+                self._answer("POST")
+
+            def do_PATCH(self) -> None:  # noqa: N802
+                self._answer("PATCH")
+
+            def do_GET(self) -> None:  # noqa: N802
+                self._answer("GET")
+
+            def _answer(self, method: str) -> None:
                 length = int(self.headers.get("Content-Length") or 0)
                 raw = self.rfile.read(length)
-                owner.requests.append(Recorded(self.command, self.path, dict(self.headers.items()),
-                                               json.loads(raw) if raw else None, raw))
-                reply = owner.script.pop(0) if owner.script else Reply()
+                body = json.loads(raw) if raw else None
+                owner.requests.append(Recorded(method, self.path, dict(self.headers.items()), body, raw))
+                reply = owner.script.pop(0) if owner.script else owner.default(method, self.path, body)
                 if reply.hang_s:
                     owner.release.wait(reply.hang_s)
                 data = json.dumps(reply.body).encode()
@@ -54,15 +67,31 @@ class FakeGitHub:
                 except (BrokenPipeError, ConnectionResetError):
                     pass  # the client gave up waiting (the hang case)
 
-            do_GET = do_POST  # noqa: N815 (recorded and answered from the script the same way)
-
             def log_message(self, *args: Any) -> None:
                 pass
 
         self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.lock = threading.Lock()
         self.server.daemon_threads = True
         self.url = f"http://127.0.0.1:{self.server.server_port}"
         self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+
+    def default(self, method: str, path: str, body: Any) -> Reply:
+        if method == "GET":
+            return Reply(200, body=[])
+        if method == "PATCH":
+            return Reply(200, body={"id": int(path.rstrip("/").rsplit("/", 1)[-1]), **(body or {})})
+        with self.lock:
+            self.next_id += 1
+            new_id = self.next_id
+        if path.endswith("/access_tokens"):
+            expires = datetime.now(timezone.utc) + timedelta(hours=1)
+            return Reply(201, body={"token": f"ghs-installation-{new_id}",
+                                    "expires_at": expires.strftime("%Y-%m-%dT%H:%M:%SZ")})
+        return Reply(201, body={"id": new_id})
+
+    def calls(self, method: str, fragment: str) -> list[Recorded]:
+        return [r for r in list(self.requests) if r.method == method and fragment in r.path]
 
     def __enter__(self) -> "FakeGitHub":
         self.thread.start()

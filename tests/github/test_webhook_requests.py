@@ -127,10 +127,10 @@ def test_missing_delivery_header_is_400(client, ping_body):
 
 def test_unknown_event_is_202_with_a_reason(client, db):
     body = json.dumps({"action": "created", "repository": {"full_name": "Codertocat/Hello-World"}}).encode()
-    response = _post(client, body, webhook_headers("issue_comment", body))
+    response = _post(client, body, webhook_headers("issues", body))
     assert response.status_code == 202
     assert response.get_json()["status"] == "ignored"
-    assert "issue_comment" in response.get_json()["reason"]
+    assert "'issues'" in response.get_json()["reason"]
 
 
 def test_tag_deletion_is_202_and_queues_nothing(client, db, tracked):
@@ -166,10 +166,10 @@ def test_push_for_an_untracked_repository_is_202(client):
 
 def test_unhandled_pull_request_action_is_202(client, tracked):
     payload = load_payload("pull_request-opened.payload.json")
-    payload["action"] = "closed"
+    payload["action"] = "labeled"
     response = post_webhook(client, "pull_request", payload)
     assert response.status_code == 202
-    assert "closed" in response.get_json()["reason"]
+    assert "labeled" in response.get_json()["reason"]
 
 
 def test_handled_push_is_stored_pending_and_answered_202(client, db, tracked):

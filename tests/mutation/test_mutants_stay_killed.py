@@ -79,6 +79,12 @@ MUTANTS = (
     Mutant("overlap: the record buffer shortened to one slot", "scheduler_core/overlap.py",
            "RECORD_SLOTS = 2", "RECORD_SLOTS = 1",
            ("tests/sim/test_sync_bugs.py::test_the_cuda_default_policy_is_race_free[cuda-h100]",)),
+    Mutant("pulls: anyone may use /parallax commands", "app/pulls/commands.py",
+           'if comment.get("author_association") not in ALLOWED:', "if False:",
+           ("tests/pulls/test_pull_commands.py::test_command_from_a_non_member_changes_nothing_and_gets_a_reply[sqlite]",)),
+    Mutant("pulls: a pair's jobs are not pinned to one runner", "app/pulls/comparisons.py",
+           "if job.pull_request_id is None or job.runner_id is None:", "if True:",
+           ("tests/pulls/test_pull_verdicts.py::test_base_and_head_of_a_platform_run_interleaved_on_one_runner[sqlite]",)),
 )
 
 
