@@ -55,6 +55,15 @@ MUTANTS = (
            "host_clock[use.actor] >= use.epoch", "host_clock[use.actor] > use.epoch",
            ("tests/sim/test_race_detector.py::test_a_free_after_the_host_synced_the_user_is_safe",),
            fixtures=False),
+    Mutant("notify: webhooks go out unsigned", "app/notify/sender.py",
+           'headers["X-Parallax-Signature-256"] = signature(spec.secret, raw)', "pass",
+           ("tests/notify/test_delivery.py::test_an_opened_alert_sends_exactly_one_signed_webhook[sqlite]",)),
+    Mutant("notify: a failing endpoint is retried forever", "app/notify/sender.py",
+           'elif outcome.state == "retry" and row.attempts < MAX_ATTEMPTS:', 'elif outcome.state == "retry":',
+           ("tests/notify/test_dead_letter.py::test_an_unreachable_endpoint_is_retried_then_dead_lettered_without_blocking_others[sqlite]",)),
+    Mutant("artifacts: no size cap before the body is read", "app/web/artifacts_api.py",
+           "if request.content_length is not None and request.content_length > limit:", "if False:",
+           ("tests/artifacts/test_protocol.py::test_an_artifact_over_the_cap_is_413_and_the_results_still_complete[sqlite]",)),
 )
 
 
