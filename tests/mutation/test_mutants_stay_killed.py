@@ -85,6 +85,15 @@ MUTANTS = (
     Mutant("pulls: a pair's jobs are not pinned to one runner", "app/pulls/comparisons.py",
            "if job.pull_request_id is None or job.runner_id is None:", "if True:",
            ("tests/pulls/test_pull_verdicts.py::test_base_and_head_of_a_platform_run_interleaved_on_one_runner[sqlite]",)),
+    Mutant("notify: webhooks go out unsigned", "app/notify/sender.py",
+           'headers["X-Parallax-Signature-256"] = signature(spec.secret, raw)', "pass",
+           ("tests/notify/test_delivery.py::test_an_opened_alert_sends_exactly_one_signed_webhook[sqlite]",)),
+    Mutant("notify: a failing endpoint is retried forever", "app/notify/sender.py",
+           'elif outcome.state == "retry" and row.attempts < MAX_ATTEMPTS:', 'elif outcome.state == "retry":',
+           ("tests/notify/test_dead_letter.py::test_an_unreachable_endpoint_is_retried_then_dead_lettered_without_blocking_others[sqlite]",)),
+    Mutant("artifacts: no size cap before the body is read", "app/web/artifacts_api.py",
+           "if request.content_length is not None and request.content_length > limit:", "if False:",
+           ("tests/artifacts/test_protocol.py::test_an_artifact_over_the_cap_is_413_and_the_results_still_complete[sqlite]",)),
 )
 
 
