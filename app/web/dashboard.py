@@ -39,7 +39,7 @@ bp.add_url_rule("/alerts/<id:alert_id>/triage", "triage", pages_alerts.triage, m
 bp.add_url_rule("/bisects", "bisects_page", pages_bisect.bisects_page)
 bp.add_url_rule("/bisects/<id:bisect_id>", "bisect_page", pages_bisect.bisect_page)
 bp.add_url_rule("/runners", "runners_page", pages_runners.runners_page)
-bp.add_url_rule("/pulls/<int:number>", "pull_page", pages_pulls.pull_page)
+bp.add_url_rule("/pulls/<id:number>", "pull_page", pages_pulls.pull_page)
 bp.add_url_rule("/signin", "signin", signin_page, methods=["GET", "POST"])
 bp.add_url_rule("/signout", "signout", signout, methods=["POST"])
 

@@ -27,7 +27,8 @@ SUMMARIES = {
     "/api/v1/registration-tokens/{token_id}/revoke": "Revoke a registration token (admin token)",
     "/api/v1/runners/{runner_id}/disable": "Disable a runner (admin token)",
     "/api/v1/users/{name}/disable": "Disable a user (admin token)",
-    "/webhooks/github": "GitHub webhook receiver (push, pull_request, ping)",
+    "/api/v1/pulls/{owner}/{repo}/{number}": "A pull request's verdict: head against merge-base per platform, scopes",
+    "/webhooks/github": "GitHub webhook receiver (push, pull_request, issue_comment, ping)",
     "/healthz": "Liveness and database check",
 }
 SHA = {"type": "string", "pattern": "^[0-9a-f]{40}$"}
