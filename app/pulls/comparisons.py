@@ -25,7 +25,7 @@ from sqlalchemy.orm import Session
 from app.core import signals
 from app.core.clock import utcnow
 from app.core.config import Settings, current_settings, use_settings
-from app.core.db import Database
+from app.core.db import Database, is_sqlite
 from app.core.duties import Duty
 from app.core.models import (
     Commit,
@@ -149,8 +149,10 @@ def _stop_open(session: Session, pull_id: int, state: str) -> int:
     """Supersede or close the open comparisons of a pull request: queued jobs are cancelled
     (running ones finish; every stored result is kept). Returns the jobs cancelled."""
     cancelled = 0
-    for comparison in session.scalars(select(PullComparison).where(PullComparison.pull_request_id == pull_id,
-                                                                   PullComparison.state.in_(OPEN_STATES))):
+    query = select(PullComparison).where(PullComparison.pull_request_id == pull_id, PullComparison.state.in_(OPEN_STATES))
+    if not is_sqlite(session):
+        query = query.with_for_update()  # an evaluation in progress finishes first
+    for comparison in session.scalars(query):
         was_measuring = comparison.state == "measuring"
         comparison.state, comparison.dirty, comparison.updated_at = state, False, utcnow()
         # One conditional UPDATE: a job a runner claims meanwhile is running, and stays so.
@@ -431,7 +433,8 @@ def evaluate_dirty(db: Database, settings: Settings, limit: int = 20) -> int:
                                        .order_by(PullComparison.id).limit(limit)))
         for comparison_id in ids:
             with db.session() as session:
-                comparison = session.get(PullComparison, comparison_id)
+                # Locked (PostgreSQL): a new push superseding it meanwhile waits, then sees the result.
+                comparison = session.get(PullComparison, comparison_id, with_for_update=not is_sqlite(session))
                 if comparison is None or not comparison.dirty or comparison.state != "measuring":
                     continue
                 evaluate(session, comparison)

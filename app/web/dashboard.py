@@ -57,7 +57,7 @@ bp.add_url_rule("/deliveries", "deliveries_page", pages_operator.deliveries_page
 bp.add_url_rule("/deliveries/<key>/<action>", "delivery_action", pages_operator.delivery_action, methods=["POST"])
 bp.add_url_rule("/bisects/<id:bisect_id>/cancel", "cancel_bisect", pages_operator.cancel_bisect, methods=["POST"])
 bp.add_url_rule("/jobs/<id:job_id>/cancel", "cancel_job", pages_operator.cancel_job, methods=["POST"])
-bp.add_url_rule("/pulls/<int:number>", "pull_page", pages_pulls.pull_page)
+bp.add_url_rule("/pulls/<id:number>", "pull_page", pages_pulls.pull_page)
 bp.add_url_rule("/signin", "signin", signin_page, methods=["GET", "POST"])
 bp.add_url_rule("/signout", "signout", signout, methods=["POST"])
 

@@ -9,7 +9,7 @@ from app.web.session import request_session
 bp = Blueprint("pulls", __name__)
 
 
-@bp.get("/api/v1/pulls/<owner>/<repo>/<int:number>")
+@bp.get("/api/v1/pulls/<owner>/<repo>/<id:number>")
 def get_pull(owner: str, repo: str, number: int):  # type: ignore[no-untyped-def]
     session = request_session()
     repository, pull = find(session, f"{owner}/{repo}", number)

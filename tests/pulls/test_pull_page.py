@@ -33,3 +33,9 @@ def test_unknown_pull_request_page_is_404_naming_it(service):
     response = service.client.get(f"/pulls/9?repository={REPO_NAME}")
     assert response.status_code == 404
     assert "#9" in response.get_data(as_text=True)
+
+
+def test_api_answers_404_for_an_unknown_pull_request_and_for_a_number_beyond_int32(service):
+    assert service.client.get(f"/api/v1/pulls/{REPO_NAME}/5").status_code == 404
+    assert service.client.get(f"/api/v1/pulls/{REPO_NAME}/{2**40}").status_code == 404
+    assert service.client.get("/api/v1/pulls/nobody/nothing/1").get_json()["detail"] == "unknown repository 'nobody/nothing'"
