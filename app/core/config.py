@@ -59,6 +59,8 @@ class SuiteSpec:
     # Pull requests: measure base against head (A/B rounds on one runner), at most this many rounds.
     pull_requests: bool = True
     pr_max_rounds: int = 12
+    # The platforms a pull request is compared on; None: all of `platforms`.
+    pr_platforms: tuple[str, ...] | None = None
 
 
 RETENTION_KINDS = ("superseded-pr-head", "bisect-probe", "other-branch", "default-branch")
@@ -190,7 +192,7 @@ def _require(table: Mapping[str, Any], key: str, where: str, kind: type) -> Any:
 
 SUITE_KEYS = frozenset({"name", "command", "platforms", "timeout_s", "repeats", "commit_policy", "labels",
                         "max_attempts", "adapter", "outputs", "setup", "setup_timeout_s", "env",
-                        "pull_requests", "pr_max_rounds"})
+                        "pull_requests", "pr_max_rounds", "pr_platforms"})
 
 
 def _adapter_keys(table: Mapping[str, Any], where: str, known_platforms: tuple[str, ...]) -> dict[str, Any]:
@@ -268,6 +270,13 @@ def parse_catalogue(data: Mapping[str, Any], source: str = "parallax.toml") -> d
         pull_requests = table.get("pull_requests", True)
         if not isinstance(pull_requests, bool):
             raise ConfigError(f"{where}.pull_requests must be true or false, got {pull_requests!r}")
+        pr_platforms = None
+        if "pr_platforms" in table:
+            pr_platforms = _string_list(table["pr_platforms"], f"{where}.pr_platforms")
+            strangers = [p for p in pr_platforms if p not in suite_platforms]
+            if not pr_platforms or strangers:
+                raise ConfigError(f"{where}.pr_platforms must name some of the suite's platforms "
+                                  f"({', '.join(suite_platforms)}), got {list(pr_platforms)!r}")
         for key, value in (("timeout_s", timeout_s), ("repeats", repeats), ("pr_max_rounds", pr_max_rounds)):
             if not isinstance(value, int) or value <= 0:
                 raise ConfigError(f"{where}.{key} must be a positive integer, got {value!r}")
@@ -282,6 +291,7 @@ def parse_catalogue(data: Mapping[str, Any], source: str = "parallax.toml") -> d
             max_attempts=int(table.get("max_attempts", 3)),
             pull_requests=pull_requests,
             pr_max_rounds=pr_max_rounds,
+            pr_platforms=pr_platforms,
             **_adapter_keys(table, where, known_platforms=platforms),
         ))
     return {"repositories": tuple(repositories), "suites": tuple(suites), "platforms": platforms,

@@ -185,6 +185,7 @@ class Suite(Base):
     env: Mapped[dict[str, Any]] = mapped_column(JSON, default=dict)
     pull_requests: Mapped[bool] = mapped_column(Boolean, default=True)  # measured base against head on PRs
     pr_max_rounds: Mapped[int] = mapped_column(Integer, default=12)  # A/B rounds per platform at most
+    pr_platforms: Mapped[list[str] | None] = mapped_column(JSON)  # compared on PRs; None: every platform
 
 
 class RegistrationToken(Base):

@@ -49,6 +49,7 @@ def sync_catalogue(session: Session, settings: Settings) -> list[str]:
         suite.env = dict(spec.env)
         suite.pull_requests = spec.pull_requests
         suite.pr_max_rounds = spec.pr_max_rounds
+        suite.pr_platforms = list(spec.pr_platforms) if spec.pr_platforms else None
         if before is None:
             changes.append(f"suite {spec.name} added")
         elif before != _suite_fields(suite):
@@ -64,4 +65,4 @@ def _suite_fields(suite: Suite) -> tuple[object, ...]:
     return (list(suite.command), list(suite.platforms or []), dict(suite.labels or {}), suite.timeout_s, suite.repeats,
             suite.commit_policy, suite.max_attempts, suite.adapter, list(suite.outputs or []),
             list(suite.setup) if suite.setup else None, suite.setup_timeout_s, dict(suite.env or {}),
-            suite.pull_requests, suite.pr_max_rounds)
+            suite.pull_requests, suite.pr_max_rounds, suite.pr_platforms)

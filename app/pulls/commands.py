@@ -73,7 +73,7 @@ def handle(session: Session, repository: Repository, payload: dict[str, Any]) ->
     if command.verb == "accept":
         comparisons.accept(session, current, who)
         return f"regression on pull request #{number} accepted by @{who}"
-    platforms = sorted({p for suite in comparisons.pr_suites(session) for p in suite.platforms})
+    platforms = sorted({p for suite in comparisons.pr_suites(session) for p in comparisons.pr_platforms(suite)})
     if command.argument is not None and command.argument not in platforms:
         outbox.queue_reply(session, pull, f"@{who}: unknown platform `{command.argument[:40]}`; "
                                           f"platforms: {', '.join(platforms)}. {HELP}")

@@ -85,6 +85,11 @@ def pr_suites(session: Session) -> list[Suite]:
     return list(session.scalars(select(Suite).where(Suite.pull_requests.is_(True)).order_by(Suite.name)))
 
 
+def pr_platforms(suite: Suite) -> list[str]:
+    """The platforms a suite compares pull requests on (`pr_platforms`, else all of its own)."""
+    return [p for p in suite.platforms if p in suite.pr_platforms] if suite.pr_platforms else list(suite.platforms)
+
+
 def latest(session: Session, pull_id: int) -> PullComparison | None:
     return session.scalar(select(PullComparison).where(PullComparison.pull_request_id == pull_id)
                           .order_by(PullComparison.id.desc()).limit(1))
@@ -126,7 +131,7 @@ def start(session: Session, repository: Repository, pull: PullRequest, head: Com
     if merge_base is not None:
         priority = pull_request_priority()
         for suite in pr_suites(session):
-            for platform in suite.platforms:
+            for platform in pr_platforms(suite):
                 if only_platform is not None and platform != only_platform and previous is not None:
                     _copy_jobs(session, previous, comparison, suite, platform)
                     continue
@@ -386,7 +391,7 @@ def _publish(session: Session, comparison: PullComparison, *, status: str, probl
                                                        comparison.summary))
     if status == "in_progress" and base is not None:
         for suite in pr_suites(session):
-            for platform in suite.platforms:
+            for platform in pr_platforms(suite):
                 github_status.set_status(session, repository_id=repository.id, sha=head.sha, platform=platform,
                                          suite=suite.name, state="pending",
                                          description=f"measuring against base {base.sha[:8]} (A/B rounds)")

@@ -93,11 +93,13 @@ def upgrade() -> None:
     with op.batch_alter_table('suites', schema=None) as batch_op:
         batch_op.add_column(sa.Column('pull_requests', sa.Boolean(), nullable=False, server_default=sa.true()))
         batch_op.add_column(sa.Column('pr_max_rounds', sa.Integer(), nullable=False, server_default='12'))
+        batch_op.add_column(sa.Column('pr_platforms', sa.JSON(), nullable=True))
 
 
 
 def downgrade() -> None:
     with op.batch_alter_table('suites', schema=None) as batch_op:
+        batch_op.drop_column('pr_platforms')
         batch_op.drop_column('pr_max_rounds')
         batch_op.drop_column('pull_requests')
 
