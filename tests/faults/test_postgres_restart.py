@@ -31,7 +31,7 @@ from tests.support.runner_harness import wait_for
 from tests.support.service_api import admin_headers, document, registration_token
 from tests.support.settings import make_settings
 
-pytestmark = [pytest.mark.slow, pytest.mark.postgres]
+pytestmark = [pytest.mark.slow, pytest.mark.postgres, pytest.mark.timeout(1500)]  # 50 runners on a loaded 2-core CI
 RUNNERS = 50
 PLATFORMS = ("cuda", "rocm", "cpu")
 MANUAL_JOBS = 60
