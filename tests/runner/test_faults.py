@@ -176,7 +176,8 @@ def test_heartbeats_keep_a_job_longer_than_its_lease_and_logs_stream_while_it_ru
     [run] = harness.runs(job_id)
     assert run["runner_id"] == harness.runner_ids()["r1"]
     rival.send_signal(signal.SIGTERM)
-    assert harness.wait_exit(rival) == 0 and harness.wait_exit(proc) == 0
+    assert harness.wait_exit(rival) == 0, harness.runner_log(rival)
+    assert harness.wait_exit(proc) == 0
 
 
 @pytest.mark.postgres
