@@ -304,6 +304,11 @@ class Agent:
         try:
             self.prepare()
             self.loop()
+        except RunnerError as exc:
+            if not self.stopping():
+                raise
+            # A signal while starting (registration retrying, say) is a stop, not a failure.
+            log.info("stopped while starting: %s", exc)
         finally:
             self.unlock_work_dir()
         log.info("runner stopped%s", f" ({self.stop_signal})" if self.stop_signal else "")

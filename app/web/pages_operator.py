@@ -1,5 +1,5 @@
 """The operator's pages and buttons: `/deliveries` (webhook deliveries with their errors, retry
-and skip) and the cancel buttons of the bisect and job pages. Each button is a signed-in user's
+and skip; signed-in users only) and the cancel buttons of the bisect and job pages. Each button is a signed-in user's
 POST (CSRF-checked by the dashboard) calling the same area function as the API and the CLI."""
 from __future__ import annotations
 
@@ -17,7 +17,10 @@ from app.web.session import request_session
 PAGE = 100
 
 
-def deliveries_page() -> str:
+def deliveries_page() -> str | Response:
+    """Signed-in users only, like `GET /api/v1/deliveries`: errors name repository URLs and paths."""
+    if current_user() is None:
+        return redirect(url_for("dashboard.signin", next=request.full_path.rstrip("?")))
     session = request_session()
     state = request.args.get("state") or None
     if state is not None and state not in deliveries.STATES:

@@ -319,7 +319,8 @@ def test_the_command_shows_rounds_as_they_finish_and_the_culprit(lab: Lab, tmp_p
                                        "--platform", "rocm", "--good", shas[0], "--bad", shas[8],
                                        "--effect", "0.1", "--poll", "0.2"], env=env, catch_exceptions=False)
     assert result.exit_code == 0, result.output
-    lines = result.output.splitlines()
+    assert "parallax.toml applied: suite decode-throughput updated" in result.stderr  # its file differs from the app's
+    lines = result.stdout.splitlines()
     assert lines[0].startswith("bisect 1: 8 first-parent commits")
     queued = next(i for i, line in enumerate(lines) if line.startswith("round 1 (stage 0): queued "))
     measured = next(i for i, line in enumerate(lines) if line.startswith("round 1 (stage 0): measured "))

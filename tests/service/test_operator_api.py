@@ -83,3 +83,21 @@ def test_every_operation_has_a_summary_of_its_own(client):
 def test_metrics_names_its_charset_once(client):
     content_type = client.get("/metrics").headers["Content-Type"]
     assert content_type.count("charset") == 1 and content_type.startswith("text/plain")
+
+
+def test_a_signed_in_user_cancels_a_job_from_its_page_and_a_signed_out_one_sees_no_button(client, db):
+    import re
+
+    from app.auth.tokens import create_user
+    job = queue_jobs(client, platform="cpu", suite="decode-throughput")[0]
+    assert 'id="cancel-job"' not in client.get(f"/jobs/{job['id']}").get_data(as_text=True)
+    with db.session() as session:
+        token = create_user(session, "ada")
+    csrf = re.search(r'name="csrf_token" value="([^"]+)"', client.get("/signin").get_data(as_text=True)).group(1)
+    client.post("/signin", data={"name": "ada", "token": token, "csrf_token": csrf})
+    page = client.get(f"/jobs/{job['id']}").get_data(as_text=True)
+    assert 'id="cancel-job"' in page
+    csrf = re.search(r'name="csrf_token" value="([^"]+)"', page).group(1)
+    assert client.post(f"/jobs/{job['id']}/cancel", data={}).status_code == 400   # no CSRF token: refused
+    assert client.post(f"/jobs/{job['id']}/cancel", data={"csrf_token": csrf}).status_code == 303
+    assert client.get(f"/api/v1/jobs/{job['id']}").get_json()["state"] == "cancelled"
