@@ -8,6 +8,7 @@ the base, accept length, whether the outputs equal the base's token for token) a
 bench/results/overlap_cost.json.
 
     .venv/bin/python bench/overlap_cost.py [--base REV] [--repeats 2] [--prompts 32] [--threads 1]
+        [--speculative [ngram] [self-draft]]
 """
 from __future__ import annotations
 
@@ -41,9 +42,11 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=2)
     parser.add_argument("--prompts", type=int, default=32)
     parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--speculative", nargs="*", default=["ngram", "self-draft"],
+                        help="speculative runs of this tree after the rounds (none: --speculative)")
     args = parser.parse_args()
     base = args.base or git("merge-base", "HEAD", "main")
-    rows: dict[str, list[dict]] = {"base": [], "head": [], "head + ngram": [], "head + self-draft": []}
+    rows: dict[str, list[dict]] = {"base": [], "head": [], **{f"head + {name}": [] for name in args.speculative}}
     with tempfile.TemporaryDirectory() as tmp:
         tree = Path(tmp) / "base"
         tree.mkdir()
@@ -54,12 +57,11 @@ def main() -> None:
         # scheduler_core of the tree it sits in.
         (tree / "bench" / "engine_vs_transformers.py").write_text((REPO / "bench" / "engine_vs_transformers.py").read_text())
         out = Path(tmp) / "run.json"
-        for i in range(args.repeats):  # interleaved, so load changes hit both sides alike
-            print(f"round {i + 1}/{args.repeats}: base", file=sys.stderr)
-            rows["base"].append(run(tree, out, args))
-            print(f"round {i + 1}/{args.repeats}: head", file=sys.stderr)
-            rows["head"].append(run(REPO, out, args))
-        for name in ("ngram", "self-draft"):
+        for i in range(args.repeats):  # interleaved, the order alternating (ABBA), so load drifts hit both alike
+            for side in (("base", "head") if i % 2 == 0 else ("head", "base")):
+                print(f"round {i + 1}/{args.repeats}: {side}", file=sys.stderr)
+                rows[side].append(run(tree if side == "base" else REPO, out, args))
+        for name in args.speculative:
             print(f"head + {name}", file=sys.stderr)
             rows[f"head + {name}"].append(run(REPO, out, args, "--speculative", name))
     reference = rows["base"][0]["output_ids"]
