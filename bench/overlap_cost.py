@@ -15,6 +15,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import resource
 import statistics
 import subprocess
 import sys
@@ -29,11 +30,17 @@ def git(*args: str) -> str:
 
 
 def run(tree: Path, out: Path, args: argparse.Namespace, *extra: str) -> dict:
+    """One engine run in a child process; adds the child's CPU seconds (user + system), which a
+    shared machine's load changes far less than the wall time."""
     env = {**os.environ, "PYTHONPATH": str(tree)}
     command = [sys.executable, str(tree / "bench" / "engine_vs_transformers.py"), "--engine-only",
                "--prompts", str(args.prompts), "--threads", str(args.threads), "--json", str(out), *extra]
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
     subprocess.run(command, cwd=tree, env=env, check=True, stdout=subprocess.DEVNULL)
-    return json.loads(out.read_text())
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    result = json.loads(out.read_text())
+    result["cpu_s"] = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+    return result
 
 
 def main() -> None:
@@ -66,19 +73,26 @@ def main() -> None:
             rows[f"head + {name}"].append(run(REPO, out, args, "--speculative", name))
     reference = rows["base"][0]["output_ids"]
     base_tok_s = statistics.median(r["tok_s"] for r in rows["base"])
+    base_cpu = statistics.median(r["cpu_s"] for r in rows["base"])
     summary = []
     print(f"{args.prompts} GSM8k prompts, SmolLM2-135M fp32, overlap loop, {args.threads} thread(s); base {base[:10]}\n")
-    print("| engine | runs tok/s | median tok/s | vs base | accept length | outputs = base |")
-    print("|---|---|---|---|---|---|")
+    print("| engine | runs tok/s (wall) | median tok/s | vs base | runs CPU s (process, load and all) | median CPU s "
+          "| vs base | accept length | outputs = base |")
+    print("|---|---|---|---|---|---|---|---|---|")
     for name, runs in rows.items():
         median = statistics.median(r["tok_s"] for r in runs)
+        cpu = statistics.median(r["cpu_s"] for r in runs)
         accept = runs[0].get("accept_length")
         same = all(r["output_ids"] == reference for r in runs)
         summary.append({"engine": name, "tok_s": [r["tok_s"] for r in runs], "median_tok_s": median,
-                        "vs_base_pct": 100 * (median / base_tok_s - 1), "accept_length": accept, "same_outputs": same})
+                        "vs_base_pct": 100 * (median / base_tok_s - 1), "cpu_s": [r["cpu_s"] for r in runs],
+                        "median_cpu_s": cpu, "cpu_vs_base_pct": 100 * (cpu / base_cpu - 1),
+                        "accept_length": accept, "same_outputs": same})
         each = ", ".join(f"{r['tok_s']:.1f}" for r in runs)
+        each_cpu = ", ".join(f"{r['cpu_s']:.1f}" for r in runs)
         accept_text = "-" if accept is None else f"{accept:.2f}"
-        print(f"| {name} | {each} | {median:.1f} | {100 * (median / base_tok_s - 1):+.1f} % | {accept_text} | {same} |")
+        print(f"| {name} | {each} | {median:.1f} | {100 * (median / base_tok_s - 1):+.1f} % | {each_cpu} | {cpu:.1f} "
+              f"| {100 * (cpu / base_cpu - 1):+.1f} % | {accept_text} | {same} |")
     out_dir = REPO / "bench" / "results"
     out_dir.mkdir(parents=True, exist_ok=True)
     (out_dir / "overlap_cost.json").write_text(json.dumps({"base": base, "head": git("rev-parse", "HEAD"),
