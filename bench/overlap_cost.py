@@ -8,12 +8,14 @@ the base, accept length, whether the outputs equal the base's token for token) a
 bench/results/overlap_cost.json.
 
     .venv/bin/python bench/overlap_cost.py [--base REV] [--repeats 2] [--prompts 32] [--threads 1]
+        [--speculative [ngram] [self-draft]]
 """
 from __future__ import annotations
 
 import argparse
 import json
 import os
+import resource
 import statistics
 import subprocess
 import sys
@@ -28,11 +30,17 @@ def git(*args: str) -> str:
 
 
 def run(tree: Path, out: Path, args: argparse.Namespace, *extra: str) -> dict:
+    """One engine run in a child process; adds the child's CPU seconds (user + system), which a
+    shared machine's load changes far less than the wall time."""
     env = {**os.environ, "PYTHONPATH": str(tree)}
     command = [sys.executable, str(tree / "bench" / "engine_vs_transformers.py"), "--engine-only",
                "--prompts", str(args.prompts), "--threads", str(args.threads), "--json", str(out), *extra]
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
     subprocess.run(command, cwd=tree, env=env, check=True, stdout=subprocess.DEVNULL)
-    return json.loads(out.read_text())
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    result = json.loads(out.read_text())
+    result["cpu_s"] = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+    return result
 
 
 def main() -> None:
@@ -41,9 +49,11 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=2)
     parser.add_argument("--prompts", type=int, default=32)
     parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--speculative", nargs="*", default=["ngram", "self-draft"],
+                        help="speculative runs of this tree after the rounds (none: --speculative)")
     args = parser.parse_args()
     base = args.base or git("merge-base", "HEAD", "main")
-    rows: dict[str, list[dict]] = {"base": [], "head": [], "head + ngram": [], "head + self-draft": []}
+    rows: dict[str, list[dict]] = {"base": [], "head": [], **{f"head + {name}": [] for name in args.speculative}}
     with tempfile.TemporaryDirectory() as tmp:
         tree = Path(tmp) / "base"
         tree.mkdir()
@@ -54,29 +64,35 @@ def main() -> None:
         # scheduler_core of the tree it sits in.
         (tree / "bench" / "engine_vs_transformers.py").write_text((REPO / "bench" / "engine_vs_transformers.py").read_text())
         out = Path(tmp) / "run.json"
-        for i in range(args.repeats):  # interleaved, so load changes hit both sides alike
-            print(f"round {i + 1}/{args.repeats}: base", file=sys.stderr)
-            rows["base"].append(run(tree, out, args))
-            print(f"round {i + 1}/{args.repeats}: head", file=sys.stderr)
-            rows["head"].append(run(REPO, out, args))
-        for name in ("ngram", "self-draft"):
+        for i in range(args.repeats):  # interleaved, the order alternating (ABBA), so load drifts hit both alike
+            for side in (("base", "head") if i % 2 == 0 else ("head", "base")):
+                print(f"round {i + 1}/{args.repeats}: {side}", file=sys.stderr)
+                rows[side].append(run(tree if side == "base" else REPO, out, args))
+        for name in args.speculative:
             print(f"head + {name}", file=sys.stderr)
             rows[f"head + {name}"].append(run(REPO, out, args, "--speculative", name))
     reference = rows["base"][0]["output_ids"]
     base_tok_s = statistics.median(r["tok_s"] for r in rows["base"])
+    base_cpu = statistics.median(r["cpu_s"] for r in rows["base"])
     summary = []
     print(f"{args.prompts} GSM8k prompts, SmolLM2-135M fp32, overlap loop, {args.threads} thread(s); base {base[:10]}\n")
-    print("| engine | runs tok/s | median tok/s | vs base | accept length | outputs = base |")
-    print("|---|---|---|---|---|---|")
+    print("| engine | runs tok/s (wall) | median tok/s | vs base | runs CPU s (process, load and all) | median CPU s "
+          "| vs base | accept length | outputs = base |")
+    print("|---|---|---|---|---|---|---|---|---|")
     for name, runs in rows.items():
         median = statistics.median(r["tok_s"] for r in runs)
+        cpu = statistics.median(r["cpu_s"] for r in runs)
         accept = runs[0].get("accept_length")
         same = all(r["output_ids"] == reference for r in runs)
         summary.append({"engine": name, "tok_s": [r["tok_s"] for r in runs], "median_tok_s": median,
-                        "vs_base_pct": 100 * (median / base_tok_s - 1), "accept_length": accept, "same_outputs": same})
+                        "vs_base_pct": 100 * (median / base_tok_s - 1), "cpu_s": [r["cpu_s"] for r in runs],
+                        "median_cpu_s": cpu, "cpu_vs_base_pct": 100 * (cpu / base_cpu - 1),
+                        "accept_length": accept, "same_outputs": same})
         each = ", ".join(f"{r['tok_s']:.1f}" for r in runs)
+        each_cpu = ", ".join(f"{r['cpu_s']:.1f}" for r in runs)
         accept_text = "-" if accept is None else f"{accept:.2f}"
-        print(f"| {name} | {each} | {median:.1f} | {100 * (median / base_tok_s - 1):+.1f} % | {accept_text} | {same} |")
+        print(f"| {name} | {each} | {median:.1f} | {100 * (median / base_tok_s - 1):+.1f} % | {each_cpu} | {cpu:.1f} "
+              f"| {100 * (cpu / base_cpu - 1):+.1f} % | {accept_text} | {same} |")
     out_dir = REPO / "bench" / "results"
     out_dir.mkdir(parents=True, exist_ok=True)
     (out_dir / "overlap_cost.json").write_text(json.dumps({"base": base, "head": git("rev-parse", "HEAD"),
