@@ -606,7 +606,7 @@ def bisect_json(session: Session, bisect: Bisect) -> dict[str, Any]:
         "monotonic": not any(s["outcome"] == "not_monotonic" for s in stages_out),
         "confirmation": confirmation, "rounds": rounds, "stages": stages_out,
         "runner_jobs": len(job_states),
-        "note": no_runner_note(session, bisect.platform) if bisect.state == BisectState.running else None,
+        "note": no_runner_note(session, bisect.platform) if bisect.state in (BisectState.pending, BisectState.running) else None,
         "created_at": as_utc(bisect.created_at).isoformat(),
         "finished_at": bisect.finished_at and as_utc(bisect.finished_at).isoformat(),
     }

@@ -110,4 +110,4 @@ def test_a_lone_surrogate_in_tool_output_is_refused(refused, upstream):
 def test_a_lone_surrogate_in_the_document_is_refused(refused, upstream):
     body = json.dumps(upload_body(upstream.head(), document(context={"model": "x"})))
     body = body.replace('"model": "x"', '"model": "\\udfff"').encode()
-    assert refused(body, 422)["field"] == "document"
+    assert refused(body, 422)["field"] == "document.context.model"

@@ -14,7 +14,7 @@ def start_bisect(client, upstream, platform: str):  # type: ignore[no-untyped-de
 
 def test_a_bisect_on_a_platform_without_runners_says_so(client, upstream):
     reply = start_bisect(client, upstream, "rocm")
-    assert reply.status_code == 201, reply.get_json()
+    assert reply.status_code == 202, reply.get_json()
     note = reply.get_json()["note"]
     assert note.startswith("no Parallax runner is registered for platform 'rocm'") and "POST /api/v1/runs" in note
 
@@ -22,4 +22,4 @@ def test_a_bisect_on_a_platform_without_runners_says_so(client, upstream):
 def test_a_bisect_on_a_platform_with_a_runner_has_no_such_note(client, app, upstream):
     register(client, app, platform="rocm")
     reply = start_bisect(client, upstream, "rocm")
-    assert reply.status_code == 201 and reply.get_json()["note"] is None
+    assert reply.status_code == 202 and reply.get_json()["note"] is None
