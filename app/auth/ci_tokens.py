@@ -9,7 +9,7 @@ from datetime import timedelta
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from app.auth.tokens import _expiry, expired, hash_token, new_token
+from app.auth.tokens import _expiry, expired, hash_token, new_token, revoke_token_row
 from app.core.errors import Forbidden, NotFound, Unauthorized
 from app.core.models import CiToken, Repository
 
@@ -65,11 +65,4 @@ def check_scope(scope: CiScope, repository: str, platform: str) -> None:
 
 def revoke_ci_token(session: Session, id_or_token: str | int) -> CiToken:
     """Revoke by id or by the token itself; uploads with it are refused (401) from now on."""
-    if isinstance(id_or_token, int) or id_or_token.isdigit():
-        row = session.get(CiToken, int(id_or_token))
-    else:
-        row = session.scalar(select(CiToken).where(CiToken.token_hash == hash_token(id_or_token)))
-    if row is None:
-        raise NotFound(f"no CI token {id_or_token!r}")
-    row.revoked = True
-    return row
+    return revoke_token_row(session, CiToken, id_or_token, "CI token")

@@ -11,13 +11,16 @@ import hashlib
 import hmac
 import secrets
 from datetime import datetime, timedelta
+from typing import TypeVar
 
 from sqlalchemy import select, update
 from sqlalchemy.orm import Session
 
 from app.core.clock import as_utc, utcnow
 from app.core.errors import Forbidden, NotFound, Unauthorized
-from app.core.models import RegistrationToken, Runner, User
+from app.core.models import Base, RegistrationToken, Runner, User
+
+T = TypeVar("T", bound=Base)
 
 ROLES = ("maintainer", "admin")
 
@@ -59,17 +62,22 @@ def registration_token_for(session: Session, token: str) -> RegistrationToken:
     return row
 
 
+def revoke_token_row(session: Session, model: type[T], id_or_token: str | int, what: str) -> T:
+    """Mark a stored token revoked, found by its id or by the token itself (its hash)."""
+    if isinstance(id_or_token, int) or id_or_token.isdigit():
+        row = session.get(model, int(id_or_token))
+    else:
+        row = session.scalar(select(model).where(model.token_hash == hash_token(id_or_token)))  # type: ignore[attr-defined]
+    if row is None:
+        raise NotFound(f"no {what} {id_or_token!r}")
+    row.revoked = True  # type: ignore[attr-defined]
+    return row
+
+
 def revoke_registration_token(session: Session, id_or_token: str | int) -> RegistrationToken:
     """Revoke by id or by the token itself. Runners it registered keep their own tokens
     (disable them one by one)."""
-    if isinstance(id_or_token, int) or id_or_token.isdigit():
-        row = session.get(RegistrationToken, int(id_or_token))
-    else:
-        row = session.scalar(select(RegistrationToken).where(RegistrationToken.token_hash == hash_token(id_or_token)))
-    if row is None:
-        raise NotFound(f"no registration token {id_or_token!r}")
-    row.revoked = True
-    return row
+    return revoke_token_row(session, RegistrationToken, id_or_token, "registration token")
 
 
 def disable_runner(session: Session, runner_id: int) -> Runner:

@@ -7,8 +7,12 @@ from pathlib import Path
 from typing import Iterator
 
 import pytest
+from sqlalchemy import select
 
-from app.core.config import NotificationSpec
+from app.core.config import NotificationSpec, use_settings
+from app.core.models import NotificationDelivery
+from tests.detection.builder import Builder
+from tests.explain.histories import barrier_on_rocm
 from tests.github.fake_github import FakeGitHub
 from tests.support.settings import make_settings
 
@@ -40,3 +44,25 @@ def targets(endpoint: FakeGitHub) -> tuple[NotificationSpec, ...]:
 def settings(database_url: str, tmp_path: Path, targets, endpoint):  # type: ignore[no-untyped-def]
     return make_settings(database_url, data_dir=str(tmp_path / "data"), notifications=targets,
                          public_url="http://parallax.test")
+
+
+@pytest.fixture
+def alert_id(db, settings):  # type: ignore[no-untyped-def]
+    """An alert opened by the history where the WAR barrier turns on for rocm only."""
+    build = Builder(db)
+    with use_settings(settings):
+        return barrier_on_rocm(build, db, build.branch(30), 20)
+
+
+def posts(endpoint, path: str):  # type: ignore[no-untyped-def]
+    """What the recording endpoint received at `path`."""
+    return [r for r in endpoint.requests if r.path == path]
+
+
+def delivery_rows(db) -> dict[str, NotificationDelivery]:  # type: ignore[no-untyped-def]
+    """The outbox rows by target name, detached from their session."""
+    with db.session() as session:
+        rows = list(session.scalars(select(NotificationDelivery)))
+        for row in rows:
+            session.expunge(row)
+        return {row.target: row for row in rows}

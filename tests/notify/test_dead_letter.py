@@ -4,34 +4,11 @@ other targets from being told."""
 from __future__ import annotations
 
 import pytest
-from sqlalchemy import select
 
-from app.core.config import NotificationSpec, use_settings
-from app.core.models import NotificationDelivery
+from app.core.config import NotificationSpec
 from app.notify.sender import MAX_ATTEMPTS, send_due
-from tests.detection.builder import Builder
-from tests.explain.histories import barrier_on_rocm
 from tests.github.fake_github import Reply
-from tests.notify.conftest import EVENTS, SECRET, closed_port_url
-
-
-@pytest.fixture
-def alert_id(db, settings):  # type: ignore[no-untyped-def]
-    build = Builder(db)
-    with use_settings(settings):
-        return barrier_on_rocm(build, db, build.branch(30), 20)
-
-
-def _posts(endpoint, path: str):  # type: ignore[no-untyped-def]
-    return [r for r in endpoint.requests if r.path == path]
-
-
-def _rows(db) -> dict[str, NotificationDelivery]:  # type: ignore[no-untyped-def]
-    with db.session() as session:
-        rows = list(session.scalars(select(NotificationDelivery)))
-        for row in rows:
-            session.expunge(row)
-        return {row.target: row for row in rows}
+from tests.notify.conftest import EVENTS, SECRET, closed_port_url, delivery_rows, posts
 
 
 @pytest.fixture
@@ -47,13 +24,13 @@ def test_an_unreachable_endpoint_is_retried_then_dead_lettered_without_blocking_
     endpoint.script = [Reply(status=404, body={"error": "no_service"})]  # Slack's answer for a deleted hook
     for _ in range(MAX_ATTEMPTS + 2):
         send_due(db, settings, backoff_base_s=0.0)
-    rows = _rows(db)
+    rows = delivery_rows(db)
     assert rows["unreachable"].state == "dead" and rows["unreachable"].attempts == MAX_ATTEMPTS
     assert rows["unreachable"].last_error.startswith(f"gave up after {MAX_ATTEMPTS} attempts: ConnectionError")
     assert rows["gone-slack"].state == "dead" and rows["gone-slack"].attempts == 1
     assert rows["gone-slack"].last_error.startswith("HTTP 404")
     assert rows["ops-webhook"].state == "sent"
-    assert len(_posts(endpoint, "/hook")) == 1
+    assert len(posts(endpoint, "/hook")) == 1
 
 
 def test_dead_letters_show_on_the_page_and_in_metrics(client, db, settings, endpoint, alert_id):

@@ -6,41 +6,15 @@ import hashlib
 import hmac
 import json
 
-import pytest
-from sqlalchemy import select
-
-from app.core.config import use_settings
-from app.core.models import NotificationDelivery
 from app.notify.sender import send_due
-from tests.detection.builder import Builder
-from tests.explain.histories import barrier_on_rocm
 from tests.github.fake_github import Reply
-from tests.notify.conftest import SECRET
-
-
-@pytest.fixture
-def alert_id(db, settings):  # type: ignore[no-untyped-def]
-    build = Builder(db)
-    with use_settings(settings):
-        return barrier_on_rocm(build, db, build.branch(30), 20)
-
-
-def _posts(endpoint, path: str):  # type: ignore[no-untyped-def]
-    return [r for r in endpoint.requests if r.path == path]
-
-
-def _rows(db) -> dict[str, NotificationDelivery]:  # type: ignore[no-untyped-def]
-    with db.session() as session:
-        rows = list(session.scalars(select(NotificationDelivery)))
-        for row in rows:
-            session.expunge(row)
-        return {row.target: row for row in rows}
+from tests.notify.conftest import SECRET, delivery_rows, posts
 
 
 def test_an_opened_alert_sends_exactly_one_signed_webhook(db, settings, endpoint, alert_id):
     send_due(db, settings)
     send_due(db, settings)
-    (hook,) = _posts(endpoint, "/hook")
+    (hook,) = posts(endpoint, "/hook")
     expected = "sha256=" + hmac.new(SECRET.encode(), hook.raw, hashlib.sha256).hexdigest()
     assert hook.headers["X-Parallax-Signature-256"] == expected
     assert hook.headers["X-Parallax-Event"] == "alert.opened"
@@ -53,7 +27,7 @@ def test_an_opened_alert_sends_exactly_one_signed_webhook(db, settings, endpoint
 def test_an_opened_alert_sends_exactly_one_slack_message_in_slacks_format(db, settings, endpoint, alert_id):
     send_due(db, settings)
     send_due(db, settings)
-    (message,) = _posts(endpoint, "/slack")
+    (message,) = posts(endpoint, "/slack")
     assert "X-Parallax-Signature-256" not in message.headers
     assert message.json["text"].startswith("Parallax regression in demo/engine: decode-throughput output_throughput")
     section, context = message.json["blocks"]
@@ -68,5 +42,5 @@ def test_a_server_error_is_retried_and_then_delivered(db, settings, endpoint, al
     assert (first.retried, first.sent) == (1, 1)
     second = send_due(db, settings, backoff_base_s=0.0)
     assert second.sent == 1
-    assert {row.state for row in _rows(db).values()} == {"sent"}
-    assert len(_posts(endpoint, "/hook")) + len(_posts(endpoint, "/slack")) == 3
+    assert {row.state for row in delivery_rows(db).values()} == {"sent"}
+    assert len(posts(endpoint, "/hook")) + len(posts(endpoint, "/slack")) == 3
