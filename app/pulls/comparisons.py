@@ -43,6 +43,7 @@ from app.core.models import (
     Suite,
 )
 from app.github import status as github_status
+from app.jobs.coverage import no_runner_note
 from app.jobs.matrix import pull_request_priority
 from app.jobs.queue import deliver_stored_runs, enqueue
 from app.pulls import outbox, report
@@ -93,6 +94,24 @@ def pr_platforms(suite: Suite) -> list[str]:
 def latest(session: Session, pull_id: int) -> PullComparison | None:
     return session.scalar(select(PullComparison).where(PullComparison.pull_request_id == pull_id)
                           .order_by(PullComparison.id.desc()).limit(1))
+
+
+def platforms_of(session: Session, comparison: PullComparison) -> list[str]:
+    return sorted(set(session.scalars(select(PullComparisonJob.platform)
+                                      .where(PullComparisonJob.comparison_id == comparison.id))))
+
+
+def runner_notes(session: Session, comparison: PullComparison) -> list[dict[str, str]]:
+    """While measuring: one plain note per platform of the comparison that has no runner."""
+    if comparison.state != "measuring":
+        return []
+    notes = []
+    for platform in platforms_of(session, comparison):
+        note = no_runner_note(session, platform, waiting="this pull request's A/B jobs",
+                              commits="its head and merge-base")
+        if note is not None:
+            notes.append({"platform": platform, "note": note})
+    return notes
 
 
 def _queue_round(session: Session, comparison: PullComparison, repository: Repository, suite: Suite, platform: str,
@@ -382,7 +401,8 @@ def _publish(session: Session, comparison: PullComparison, *, status: str, probl
     evaluation_rounds = {f"{v['platform']}/{v['suite']}": v["rounds"] for v in comparison.verdicts or []}
     comparison.summary = report.summary(head=head.sha, base=base.sha if base else None, rounds=evaluation_rounds,
                                         verdicts=comparison.verdicts or [], classification=comparison.classification or [],
-                                        problems=problems or [], accepted_by=comparison.accepted_by, link=link)
+                                        problems=problems or [], accepted_by=comparison.accepted_by, link=link,
+                                        notes=[n["note"] for n in runner_notes(session, comparison)])
     title = comparison.title or "measuring"
     outbox.queue_check_run(session, comparison, status=status,
                            conclusion=comparison.conclusion if status == "completed" else None,
