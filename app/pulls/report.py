@@ -67,7 +67,7 @@ def table(verdicts: Sequence[dict[str, Any]]) -> str:
 
 def summary(*, head: str, base: str | None, rounds: dict[str, int], verdicts: Sequence[dict[str, Any]],
             classification: Sequence[dict[str, Any]], problems: Sequence[str], accepted_by: str | None,
-            link: str, notes: Sequence[str] = ()) -> str:
+            link: str, notes: Sequence[str] = (), measuring: Sequence[str] = ()) -> str:
     measured = ", ".join(f"{k}: {n}" for k, n in sorted(rounds.items())) or "none yet"
     parts = [f"Head `{head[:8]}` against merge-base `{(base or 'unknown')[:8]}`, measured in interleaved "
              f"A/B rounds on one runner per platform (rounds {measured})."]
@@ -77,6 +77,8 @@ def summary(*, head: str, base: str | None, rounds: dict[str, int], verdicts: Se
         parts.append("\n".join(f"- ℹ️ {n}" for n in notes))
     if verdicts:
         parts.append(table(verdicts))
+    if measuring:
+        parts.append(f"⏳ still measuring: {', '.join(measuring)} (verdicts so far above; this updates after each round)")
     scoped = [c for c in classification if c["scope"] != "inconclusive"]
     if scoped:
         parts.append("\n".join(f"- **{c['suite']} {c['metric']}** {c.get('direction', 'worse')}: "
