@@ -78,7 +78,7 @@ def summary(*, head: str, base: str | None, rounds: dict[str, int], verdicts: Se
     if verdicts:
         parts.append(table(verdicts))
     if measuring:
-        parts.append(f"⏳ still measuring: {', '.join(measuring)} (verdicts so far above; this updates after each round)")
+        parts.append(f"⏳ still measuring: {', '.join(measuring)} (the verdicts above are the pairs decided so far)")
     scoped = [c for c in classification if c["scope"] != "inconclusive"]
     if scoped:
         parts.append("\n".join(f"- **{c['suite']} {c['metric']}** {c.get('direction', 'worse')}: "
