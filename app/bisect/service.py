@@ -46,6 +46,7 @@ from app.core.models import (
 from app.core.shas import is_sha
 from app.git.commit_graph import commits_by_sha, record_commits
 from app.git.mirror import GitError, Mirror
+from app.jobs.coverage import no_runner_note
 from app.jobs.matrix import TIER_DEFAULT_BRANCH, TIER_SPAN
 from app.jobs.queue import enqueue, request_cancel
 
@@ -292,17 +293,6 @@ def seen_runners(session: Session, platform: str) -> int:
 def free_runners(session: Session, platform: str) -> int:
     """Runners of the platform seen lately (the search's parallelism R), at least one."""
     return max(1, seen_runners(session, platform))
-
-
-def no_runner_note(session: Session, platform: str) -> str | None:
-    """Said plainly when no enabled runner of the platform is registered: the bisect's jobs then
-    wait until one registers, or until CI uploads results for those commits."""
-    count = session.scalar(select(func.count()).select_from(Runner).where(
-        Runner.platform == platform, Runner.disabled.is_(False)))
-    if count:
-        return None
-    return (f"no Parallax runner is registered for platform {platform!r}: this search's jobs wait in the queue "
-            "until one registers, or until CI uploads results for its commits (POST /api/v1/runs, `parallax upload`)")
 
 
 def _queue(session: Session, bisect: Bisect, suite: Suite, shas: Sequence[str], platform: str) -> list[int]:

@@ -43,6 +43,7 @@ from app.core.models import (
     Suite,
 )
 from app.github import status as github_status
+from app.jobs.coverage import no_runner_note
 from app.jobs.matrix import pull_request_priority
 from app.jobs.queue import deliver_stored_runs, enqueue
 from app.pulls import outbox, report
@@ -93,6 +94,24 @@ def pr_platforms(suite: Suite) -> list[str]:
 def latest(session: Session, pull_id: int) -> PullComparison | None:
     return session.scalar(select(PullComparison).where(PullComparison.pull_request_id == pull_id)
                           .order_by(PullComparison.id.desc()).limit(1))
+
+
+def platforms_of(session: Session, comparison: PullComparison) -> list[str]:
+    return sorted(set(session.scalars(select(PullComparisonJob.platform)
+                                      .where(PullComparisonJob.comparison_id == comparison.id))))
+
+
+def runner_notes(session: Session, comparison: PullComparison) -> list[dict[str, str]]:
+    """While measuring: one plain note per platform of the comparison that has no runner."""
+    if comparison.state != "measuring":
+        return []
+    notes = []
+    for platform in platforms_of(session, comparison):
+        note = no_runner_note(session, platform, waiting="this pull request's A/B jobs",
+                              commits="its head and merge-base")
+        if note is not None:
+            notes.append({"platform": platform, "note": note})
+    return notes
 
 
 def _queue_round(session: Session, comparison: PullComparison, repository: Repository, suite: Suite, platform: str,
@@ -302,6 +321,7 @@ class Evaluation:
     build_failed: list[str]
     pending: bool
     queued: int = 0
+    measuring: list[str] = field(default_factory=list)  # "platform/suite" of the pairs still undecided
 
 
 def evaluate_one(session: Session, comparison: PullComparison) -> Evaluation:
@@ -316,6 +336,7 @@ def evaluate_one(session: Session, comparison: PullComparison) -> Evaluation:
     rounds: dict[str, int] = {}
     pending = False
     queued = 0
+    measuring: list[str] = []
     if comparison.base_commit_id is None:
         problems.append("merge-base unknown (the base branch is not in the repository): nothing to compare against")
     for group in _groups(session, comparison):
@@ -334,17 +355,19 @@ def evaluate_one(session: Session, comparison: PullComparison) -> Evaluation:
         verdicts += found
         if group.active():
             pending = True
+            measuring.append(key)
             continue
         if wants_round(found, group.rounds, group.suite.pr_max_rounds):
             queued += _queue_round(session, comparison, repository, group.suite, group.platform, group.rounds + 1,
                                    pull_request_priority(), group.runner_id())
             pending = True
+            measuring.append(key)
         elif failed and not found:
             problems.append(f"{len(failed)} job(s) failed on {group.platform} ({group.suite.name}): "
                             f"{(failed[0][1].failure_reason or 'no reason').splitlines()[0][:120]}")
     scopes = [s.as_json() for s in classify(verdicts)]
     return Evaluation([verdict_json(v) for v in verdicts], scopes, rounds, problems, build_failed,
-                      pending and not build_failed, queued)
+                      pending and not build_failed, queued, measuring)
 
 
 def conclude(evaluation: Evaluation, accepted_by: str | None) -> tuple[str, str]:
@@ -369,8 +392,11 @@ def conclude(evaluation: Evaluation, accepted_by: str | None) -> tuple[str, str]
     return "success", f"no change beyond noise on {', '.join(platforms) or 'any platform'}"
 
 
-def _publish(session: Session, comparison: PullComparison, *, status: str, problems: list[str] | None = None) -> None:
-    """Queue the check run, the comment and the per-platform statuses for the current state."""
+def _publish(session: Session, comparison: PullComparison, *, status: str, problems: list[str] | None = None,
+             progress: Evaluation | None = None) -> None:
+    """Queue the check run, the comment and the per-platform statuses for the current state.
+    With `progress` (an in-progress evaluation): only the decided pairs' verdicts, the pairs
+    still measuring, and no statuses (they stay pending until the end)."""
     settings = current_settings()
     pull = session.get(PullRequest, comparison.pull_request_id)
     head = session.get(Commit, comparison.head_commit_id)
@@ -380,16 +406,23 @@ def _publish(session: Session, comparison: PullComparison, *, status: str, probl
     assert repository is not None
     link = f"{settings.public_url}/pulls/{pull.number}?repository={repository.name}"
     evaluation_rounds = {f"{v['platform']}/{v['suite']}": v["rounds"] for v in comparison.verdicts or []}
+    verdicts, classification = comparison.verdicts or [], comparison.classification or []
+    if progress is not None:
+        # A pair still measuring has no verdict yet, and scope needs every platform's.
+        verdicts = [v for v in verdicts if f"{v['platform']}/{v['suite']}" not in progress.measuring]
+        classification = []
     comparison.summary = report.summary(head=head.sha, base=base.sha if base else None, rounds=evaluation_rounds,
-                                        verdicts=comparison.verdicts or [], classification=comparison.classification or [],
-                                        problems=problems or [], accepted_by=comparison.accepted_by, link=link)
+                                        verdicts=verdicts, classification=classification,
+                                        problems=problems or [], accepted_by=comparison.accepted_by, link=link,
+                                        notes=[n["note"] for n in runner_notes(session, comparison)],
+                                        measuring=progress.measuring if progress is not None else ())
     title = comparison.title or "measuring"
     outbox.queue_check_run(session, comparison, status=status,
                            conclusion=comparison.conclusion if status == "completed" else None,
                            title=title, summary=comparison.summary, details_url=link)
     outbox.queue_comment(session, pull, report.comment(title, comparison.conclusion if status == "completed" else None,
                                                        comparison.summary))
-    if status == "in_progress" and base is not None:
+    if status == "in_progress" and base is not None and progress is None:
         for suite in pr_suites(session):
             for platform in pr_platforms(suite):
                 github_status.set_status(session, repository_id=repository.id, sha=head.sha, platform=platform,
@@ -413,11 +446,30 @@ def finish(session: Session, comparison: PullComparison, evaluation: Evaluation)
     signals.pull_request_verdict.send(session, pull=pull)
 
 
+def _pair_rounds(verdicts: Iterable[dict[str, Any]]) -> dict[str, int]:
+    rounds: dict[str, int] = {}
+    for v in verdicts:
+        key = f"{v['platform']}/{v['suite']}"
+        rounds[key] = min(rounds.get(key, v["rounds"]), v["rounds"])
+    return rounds
+
+
+def publish_progress(session: Session, comparison: PullComparison, evaluation: Evaluation) -> None:
+    """The in-progress check run and comment with the verdicts decided so far and the pairs
+    still measuring (the outbox sends only the newest, so GitHub is not flooded)."""
+    total = len(_groups(session, comparison))
+    comparison.title = f"measuring: {total - len(evaluation.measuring)} of {total} platform × suite pairs decided"
+    _publish(session, comparison, status="in_progress", problems=evaluation.problems, progress=evaluation)
+
+
 def evaluate(session: Session, comparison: PullComparison) -> Evaluation:
+    before = _pair_rounds(comparison.verdicts or [])
     evaluation = evaluate_one(session, comparison)
     comparison.verdicts, comparison.classification = evaluation.verdicts, evaluation.classification
     comparison.dirty, comparison.updated_at = False, utcnow()
     if evaluation.pending:
+        if _pair_rounds(evaluation.verdicts) != before:  # a round was evaluated since the last write
+            publish_progress(session, comparison, evaluation)
         return evaluation
     finish(session, comparison, evaluation)
     return evaluation

@@ -67,14 +67,18 @@ def table(verdicts: Sequence[dict[str, Any]]) -> str:
 
 def summary(*, head: str, base: str | None, rounds: dict[str, int], verdicts: Sequence[dict[str, Any]],
             classification: Sequence[dict[str, Any]], problems: Sequence[str], accepted_by: str | None,
-            link: str) -> str:
+            link: str, notes: Sequence[str] = (), measuring: Sequence[str] = ()) -> str:
     measured = ", ".join(f"{k}: {n}" for k, n in sorted(rounds.items())) or "none yet"
     parts = [f"Head `{head[:8]}` against merge-base `{(base or 'unknown')[:8]}`, measured in interleaved "
              f"A/B rounds on one runner per platform (rounds {measured})."]
     if problems:
         parts.append("\n".join(f"- ⚠️ {p}" for p in problems))
+    if notes:
+        parts.append("\n".join(f"- ℹ️ {n}" for n in notes))
     if verdicts:
         parts.append(table(verdicts))
+    if measuring:
+        parts.append(f"⏳ still measuring: {', '.join(measuring)} (the verdicts above are the pairs decided so far)")
     scoped = [c for c in classification if c["scope"] != "inconclusive"]
     if scoped:
         parts.append("\n".join(f"- **{c['suite']} {c['metric']}** {c.get('direction', 'worse')}: "

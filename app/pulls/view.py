@@ -69,6 +69,7 @@ def pull_json(session: Session, repository: Repository, pull: PullRequest) -> di
         "verdicts": [{k: v[k] for k in ("platform", "suite", "metric", "base_median", "head_median", "change", "ci",
                                         "p_value", "verdict", "rounds", "direction")} for v in verdicts],
         "classification": list(current.classification or []) if current else [],
+        "notes": comparisons.runner_notes(session, current) if current else [],
         "jobs": jobs_json(session, current) if current else [],
         "comparisons": [{"id": c.id, "head": _sha(session, c.head_commit_id), "state": c.state,
                          "conclusion": c.conclusion, "title": c.title,
