@@ -3,8 +3,9 @@ repositories from the database, so an edit of the file it was started with does 
 `parallax catalogue sync` (or any database command of the CLI) applies it; the service says so
 in GET /healthz (`catalogue`) and in a banner on the dashboard's home page.
 
-"Differs" means "a sync would change something": the check applies the file with the same
-`sync_catalogue` in a transaction it rolls back. It runs at once when the file's size or mtime
+"Differs" means "a sync would change something": the check runs the same `sync_catalogue`
+read-only (`apply=False`) in the caller's session (a web request's own: on SQLite a second
+session would wait for the request's lock), and writes nothing. It runs at once when the file's size or mtime
 changed, else at most every `recheck_s` seconds (a sync by another process clears it)."""
 from __future__ import annotations
 
@@ -16,8 +17,9 @@ import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from sqlalchemy.orm import Session
+
 from app.core.config import ConfigError, Settings, parse_catalogue
-from app.core.db import Database
 from app.jobs.catalogue import sync_catalogue
 
 CURRENT = "current"
@@ -44,7 +46,7 @@ class CatalogueCheck:
     _checked_at: float | None = None
     _state: CatalogueState = CatalogueState(CURRENT)
 
-    def state(self, database: Database) -> CatalogueState:
+    def state(self, session: Session) -> CatalogueState:
         path = self.settings.config_path
         if path is None:
             return CatalogueState(NO_FILE)
@@ -54,7 +56,7 @@ class CatalogueCheck:
             fresh = self._checked_at is not None and now - self._checked_at < self.recheck_s
             if stamp == self._stamp and fresh:
                 return self._state
-            self._state = _compare(database, self.settings, Path(path))
+            self._state = _compare(session, self.settings, Path(path))
             self._stamp, self._checked_at = stamp, now
             return self._state
 
@@ -67,16 +69,11 @@ def _stamp(path: Path) -> tuple[int, int] | None:
     return info.st_mtime_ns, info.st_size
 
 
-def _compare(database: Database, settings: Settings, path: Path) -> CatalogueState:
+def _compare(session: Session, settings: Settings, path: Path) -> CatalogueState:
     try:
         catalogue = parse_catalogue(tomllib.loads(path.read_text()), source=str(path))
     except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError, ConfigError) as exc:
         return CatalogueState(f"stale: {path} cannot be applied; fix it, then run parallax catalogue sync",
                               (str(exc)[:300],))
-    session = database.sessionmaker()
-    try:
-        changes = sync_catalogue(session, dataclasses.replace(settings, **catalogue))
-    finally:
-        session.rollback()
-        session.close()
+    changes = sync_catalogue(session, dataclasses.replace(settings, **catalogue), apply=False)
     return CatalogueState(STALE, tuple(changes)) if changes else CatalogueState(CURRENT)

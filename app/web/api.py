@@ -57,7 +57,7 @@ def run_json(run: Run) -> dict[str, Any]:
 @bp.get("/healthz")
 def healthz():  # type: ignore[no-untyped-def]
     get_db().ping()
-    catalogue = current_app.extensions["parallax.catalogue_check"].state(get_db())
+    catalogue = current_app.extensions["parallax.catalogue_check"].state(request_session())
     return jsonify({"status": "ok", "catalogue": catalogue.status})
 
 
