@@ -26,6 +26,7 @@ from runners import execute
 from runners.checkout import CheckoutError, Workspace, validate_sha
 from runners.client import Aborted, Client, LeaseLost, RetryPolicy, ServiceError, Unauthorized
 from runners.facts import REAL_PLATFORMS, Facts, detect, engine_version, environment_facts, probe_torch
+from runners.outage import OutageReport
 from runners.results import ResultsError, loads, to_json
 
 log = logging.getLogger("parallax.runner")
@@ -70,6 +71,8 @@ class Config:
     heartbeat_s: float | None = None  # default: a third of the lease, between 1 and 30 s
     upload_budget_s: float = 900.0
     kill_grace_s: float = 5.0
+    claim_retry_s: float = 15.0  # how long one claim retries through an outage before the loop counts a failure
+    outage_report_s: float = 60.0  # at most one line this often while claims keep failing
     retry: RetryPolicy = field(default_factory=RetryPolicy)
 
 
@@ -321,19 +324,27 @@ class Agent:
 
     def loop(self) -> None:
         assert self.client is not None
+        outage = OutageReport(every_s=self.config.outage_report_s)
         while not self.stopping():
             try:
                 # A short retry budget, so that a signal during an outage is noticed soon.
-                job = self.client.claim(self.config.claim_wait_s, budget_s=15.0)
+                job = self.client.claim(self.config.claim_wait_s, budget_s=self.config.claim_retry_s)
             except Unauthorized as exc:
                 raise RunnerError(f"the service refused this runner's token ({exc}); delete "
                                   f"{self.work_dir / IDENTITY_FILE} to register again") from exc
             except (Aborted, ServiceError) as exc:
                 if self.stopping():
                     break
-                log.warning("claim failed: %s; trying again", exc)
+                line = outage.failed(str(exc), time.monotonic())
+                if line:
+                    log.warning("%s", line)
+                else:
+                    log.debug("claim failed (%d in a row): %s", outage.failures, exc)
                 time.sleep(self.config.retry.delay(3))
                 continue
+            recovered = outage.succeeded(time.monotonic())
+            if recovered:
+                log.info("%s", recovered)
             if job is None:
                 continue
             if self.stopping():  # claimed while a signal arrived: leave it to its lease

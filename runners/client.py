@@ -104,9 +104,11 @@ class Client:
                 params: dict[str, Any] | None = None, token: str | None = None,
                 budget_s: float | None = None, read_timeout_s: float | None = None,
                 headers: dict[str, str] | None = None,
-                content_type: str = "application/octet-stream") -> requests.Response:
+                content_type: str = "application/octet-stream",
+                retry_log_level: int | None = None) -> requests.Response:
         """Send, retrying connection errors, timeouts and 5xx until `budget_s` has passed.
-        4xx are returned to the caller (they are answers, not faults)."""
+        4xx are returned to the caller (they are answers, not faults). `retry_log_level` sets
+        the level of every retry line, for callers that report the outage themselves."""
         budget = self.retry.budget_s if budget_s is None else budget_s
         deadline = time.monotonic() + budget
         headers = {**(headers or {}), "Authorization": f"Bearer {token or self.token}"}
@@ -134,6 +136,8 @@ class Client:
                                    f"last error: {problem}")
             # The first failure and then every fifth are warnings; the ones between are details.
             level = logging.WARNING if attempt == 1 or attempt % 5 == 0 else logging.DEBUG
+            if retry_log_level is not None:
+                level = retry_log_level
             log.log(level, "%s %s failed (%s); retry %d in %.1f s", method, path, problem, attempt, pause)
             if self.abort.wait(pause):
                 raise Aborted(f"{method} {path}: aborted while retrying ({problem})")
@@ -160,8 +164,10 @@ class Client:
         return int(body["id"]), str(body["token"])
 
     def claim(self, wait_s: float, budget_s: float) -> dict[str, Any] | None:
+        """One job, or None when none came within `wait_s`; retries are debug lines (the agent's
+        claim loop reports an outage once, see runners/outage.py)."""
         response = self.request("POST", "/jobs/claim", json={"wait_s": wait_s}, budget_s=budget_s,
-                                read_timeout_s=wait_s + 30.0)
+                                read_timeout_s=wait_s + 30.0, retry_log_level=logging.DEBUG)
         if response.status_code == 204:
             return None
         return self.check(response, "claim").json()["job"]

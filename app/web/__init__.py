@@ -16,6 +16,7 @@ from app.core.config import Settings, add_settings_provider, load_settings
 from app.core.db import Database
 from app.core.migrate import ensure_current
 from app.jobs.catalogue import sync_catalogue
+from app.jobs.catalogue_check import CatalogueCheck
 from app.web import capacity, errors, guards, routing
 from app.web.admin_api import bp as admin_bp
 from app.web.api import bp as api_bp
@@ -73,6 +74,7 @@ def create_app(config: Settings | dict[str, Any] | None = None, *, check_schema:
         ensure_current(database.engine)
     with database.session() as session:
         sync_catalogue(session, settings)
+    flask_app.extensions["parallax.catalogue_check"] = CatalogueCheck(settings)
 
     routing.register(flask_app)
     errors.register(flask_app)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from flask import Blueprint, jsonify, request
+from flask import Blueprint, current_app, jsonify, request
 from sqlalchemy import select
 
 from app.core import limits
@@ -57,7 +57,8 @@ def run_json(run: Run) -> dict[str, Any]:
 @bp.get("/healthz")
 def healthz():  # type: ignore[no-untyped-def]
     get_db().ping()
-    return jsonify({"status": "ok"})
+    catalogue = current_app.extensions["parallax.catalogue_check"].state(request_session())
+    return jsonify({"status": "ok", "catalogue": catalogue.status})
 
 
 @bp.post("/api/v1/jobs")

@@ -24,7 +24,9 @@ SUMMARIES: dict[str | tuple[str, str], str] = {
     "/api/v1/bisects": "Start a bisect {repository, suite, metric, platform, good, bad, effect?} (user token): "
                        "202, pending until the bisect duty has checked good and bad in git",
     "/api/v1/bisects/{bisect_id}": "A bisect: state, rounds, tested commits with samples and verdicts, culprit",
-    "/api/v1/registration-tokens": "Create a runner registration token (admin token)",
+    ("/api/v1/registration-tokens", "post"): "Create a runner registration token (admin token)",
+    ("/api/v1/registration-tokens", "get"): "List registration tokens without their values (admin token; paginated)",
+    "/api/v1/users": "List users: name, role, disabled, expiry; never a token (admin token; paginated)",
     "/api/v1/registration-tokens/{token_id}/revoke": "Revoke a registration token (admin token)",
     "/api/v1/runners/{runner_id}/disable": "Disable a runner (admin token)",
     "/api/v1/users/{name}/disable": "Disable a user (admin token)",
@@ -33,7 +35,7 @@ SUMMARIES: dict[str | tuple[str, str], str] = {
     "/api/v1/ci-tokens/{token_id}/revoke": "Revoke a CI upload token (admin token)",
     "/api/v1/pulls/{owner}/{repo}/{number}": "A pull request's verdict: head against merge-base per platform, scopes",
     "/webhooks/github": "GitHub webhook receiver (push, pull_request, issue_comment, ping)",
-    "/healthz": "Liveness and database check",
+    "/healthz": "Liveness and database check; catalogue: current, or stale when parallax.toml has unapplied edits",
     "/api/v1/alerts": "List alerts with their changes, classification and bisects (filters: state, platform, repository)",
     ("/api/v1/alerts/{alert_id}", "patch"): "Triage an alert: set its state and note (user token)",
     ("/api/v1/alerts/{alert_id}", "get"): "One alert with its explanation (what changed, files, timelines)",
@@ -97,6 +99,8 @@ QUERIES: dict[str, list[tuple[str, bool]]] = {
     "/api/v1/jobs": [("limit", False), ("before", False), ("state", False), ("platform", False)],
     "/api/v1/bisects": [("limit", False), ("before", False), ("state", False)],
     "/api/v1/deliveries": [("limit", False), ("before", False), ("state", False)],
+    "/api/v1/users": [("limit", False), ("before", False)],
+    "/api/v1/registration-tokens": [("limit", False), ("before", False)],
     "/api/v1/jobs/{job_id}/artifacts": [("name", False), ("attempt", False)],
     "/api/v1/jobs/{job_id}/artifacts/{name}": [("attempt", False)],
 }

@@ -1,9 +1,11 @@
 """The operator's lists and undo buttons under /api/v1: paginated lists of repositories, runners,
-jobs, bisects and webhook deliveries; cancel a job or a bisect; retry or skip a delivery.
+jobs, bisects, webhook deliveries, users and registration tokens; cancel a job or a bisect; retry
+or skip a delivery.
 
 Every list is newest first, `?limit=` (1-200, default 50) long, and pages on with `?before=<id>`
 (the `next` link of the previous page); filters are named per list. Webhook deliveries carry
-their errors and need a user or admin token; the other lists are as public as the dashboard."""
+their errors and need a user or admin token; users and registration tokens need an admin token and
+never show a token or its hash; the other lists are as public as the dashboard."""
 from __future__ import annotations
 
 from typing import Any, Callable
@@ -16,11 +18,11 @@ from app.bisect import service as bisects
 from app.core import limits
 from app.core.clock import as_utc
 from app.core.errors import Invalid, NotFound
-from app.core.models import Bisect, BisectState, Job, JobState, Repository, Runner, WebhookDelivery
+from app.core.models import Bisect, BisectState, Job, JobState, RegistrationToken, Repository, Runner, User, WebhookDelivery
 from app.github import deliveries
 from app.jobs import queue
 from app.web.api import job_json
-from app.web.auth import require_maintainer
+from app.web.auth import require_admin, require_maintainer
 from app.web.session import request_session
 
 bp = Blueprint("operator_api", __name__, url_prefix="/api/v1")
@@ -76,6 +78,20 @@ def bisect_summary(bisect: Bisect) -> dict[str, Any]:
             "created_at": as_utc(bisect.created_at).isoformat()}
 
 
+def _when(value: Any) -> str | None:
+    return value and as_utc(value).isoformat()
+
+
+def user_json(user: User) -> dict[str, Any]:
+    return {"id": user.id, "name": user.name, "role": user.role, "disabled": user.disabled,
+            "created_at": _when(user.created_at), "expires_at": _when(user.expires_at)}
+
+
+def registration_token_json(token: RegistrationToken) -> dict[str, Any]:
+    return {"id": token.id, "note": token.note, "revoked": token.revoked,
+            "created_at": _when(token.created_at), "expires_at": _when(token.expires_at)}
+
+
 @bp.get("/repositories")
 def list_repositories():  # type: ignore[no-untyped-def]
     return _page(request_session(), select(Repository), Repository.id, repository_json, "operator_api.list_repositories")
@@ -118,6 +134,21 @@ def list_deliveries():  # type: ignore[no-untyped-def]
     if state:
         query = query.where(WebhookDelivery.state == state)
     return _page(session, query, WebhookDelivery.id, deliveries.delivery_json, "operator_api.list_deliveries")
+
+
+@bp.get("/users")
+def list_users():  # type: ignore[no-untyped-def]
+    session = request_session()
+    require_admin(session)
+    return _page(session, select(User), User.id, user_json, "operator_api.list_users")
+
+
+@bp.get("/registration-tokens")
+def list_registration_tokens():  # type: ignore[no-untyped-def]
+    session = request_session()
+    require_admin(session)
+    return _page(session, select(RegistrationToken), RegistrationToken.id, registration_token_json,
+                 "operator_api.list_registration_tokens")
 
 
 @bp.post("/deliveries/<key>/retry")

@@ -144,7 +144,9 @@ def index() -> str:
     snapshot: Snapshot = current_app.extensions[SNAPSHOT]
     rendered = snapshot.get(_content, max_age_s)
     as_of = datetime.fromtimestamp(rendered.rendered_at, timezone.utc).strftime("%H:%M:%S UTC")
-    return render_template("index.html", body=Markup(rendered.html), as_of=as_of, max_age_s=max_age_s)
+    catalogue = current_app.extensions["parallax.catalogue_check"].state(request_session())
+    return render_template("index.html", body=Markup(rendered.html), as_of=as_of, max_age_s=max_age_s,
+                           catalogue=catalogue)
 
 
 def install_snapshot(state: BlueprintSetupState) -> None:

@@ -101,3 +101,53 @@ def test_a_signed_in_user_cancels_a_job_from_its_page_and_a_signed_out_one_sees_
     assert client.post(f"/jobs/{job['id']}/cancel", data={}).status_code == 400   # no CSRF token: refused
     assert client.post(f"/jobs/{job['id']}/cancel", data={"csrf_token": csrf}).status_code == 303
     assert client.get(f"/api/v1/jobs/{job['id']}").get_json()["state"] == "cancelled"
+
+
+def _all_pages(client, url: str, headers: dict[str, str]) -> list[dict]:  # type: ignore[no-untyped-def]
+    page = client.get(url, headers=headers).get_json()
+    items = page["items"]
+    while page["next"]:
+        page = client.get(page["next"], headers=headers).get_json()
+        items += page["items"]
+    return items
+
+
+def test_users_are_listed_newest_first_for_the_admin_without_their_tokens(client, db):
+    from app.auth.tokens import create_user
+    with db.session() as session:
+        tokens = [create_user(session, name, role) for name, role in [("ada", "admin"), ("bob", "maintainer"),
+                                                                        ("cy", "maintainer")]]
+        session.commit()
+    assert client.get("/api/v1/users").status_code == 401
+    response = client.get("/api/v1/users?limit=2", headers=admin_headers())
+    assert len(response.get_json()["items"]) == 2 and response.get_json()["next"]
+    users = _all_pages(client, "/api/v1/users?limit=2", admin_headers())
+    assert [(u["name"], u["role"], u["disabled"]) for u in users] == [
+        ("cy", "maintainer", False), ("bob", "maintainer", False), ("ada", "admin", False)]
+    text = client.get("/api/v1/users", headers=admin_headers()).get_data(as_text=True)
+    assert not any(token in text for token in tokens) and "token_hash" not in text and "hash" not in text
+
+
+def test_a_maintainer_may_not_list_users(client, db):
+    from app.auth.tokens import create_user
+    with db.session() as session:
+        token = create_user(session, "bob")
+        session.commit()
+    assert client.get("/api/v1/users", headers={"Authorization": f"Bearer {token}"}).status_code == 403
+
+
+def test_registration_tokens_are_listed_with_their_state_and_never_their_value(client, app):
+    from app.auth.tokens import hash_token
+    made = [client.post("/api/v1/registration-tokens", json={"note": f"rack {n}"}, headers=admin_headers()).get_json()
+            for n in range(3)]
+    client.post(f"/api/v1/registration-tokens/{made[0]['id']}/revoke", headers=admin_headers())
+    assert client.get("/api/v1/registration-tokens").status_code == 401
+    tokens = _all_pages(client, "/api/v1/registration-tokens?limit=1", admin_headers())
+    assert [(t["note"], t["revoked"]) for t in tokens] == [("rack 2", False), ("rack 1", False), ("rack 0", True)]
+    text = client.get("/api/v1/registration-tokens", headers=admin_headers()).get_data(as_text=True)
+    assert not any(m["token"] in text or hash_token(m["token"]) in text for m in made)
+
+
+def test_a_bad_page_of_users_is_a_422_naming_the_parameter(client):
+    response = client.get("/api/v1/users?limit=0", headers=admin_headers())
+    assert response.status_code == 422 and response.get_json()["field"] == "limit"

@@ -2,7 +2,7 @@ from tests.support.service_api import SHA_A, claim, document, queue_jobs, raw, r
 
 
 def test_healthz(client):
-    assert client.get("/healthz").get_json() == {"status": "ok"}
+    assert client.get("/healthz").get_json() == {"status": "ok", "catalogue": "no file"}
 
 
 def test_claim_and_complete_round_trip(client, app):
