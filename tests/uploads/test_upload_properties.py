@@ -27,8 +27,11 @@ tool_outputs = st.fixed_dictionaries({
 
 
 # Valid documents with any context: the success path gets odd data too (NUL, huge numbers, nesting).
+# Valid Unicode only: json_values also draws lone surrogates, which refuse the whole upload.
 valid_documents = st.builds(lambda context: document(context=context),
-                            st.dictionaries(st.text(max_size=10), json_values, max_size=3))
+                            st.dictionaries(st.text(max_size=10),
+                                            st.one_of(st.none(), st.booleans(), st.integers(), st.text(max_size=20)),
+                                            max_size=3))
 
 
 @st.composite
