@@ -1,7 +1,6 @@
 """The pull request page and the home page's list, in a real browser against the service on loopback."""
 from __future__ import annotations
 
-from tests.dashboard.conftest import browser, page  # noqa: F401 (the dashboard's real-browser fixtures)
 from tests.support.github import REPO_NAME
 from tests.support.pull_runners import Fleet, NoiseModel
 
