@@ -1,8 +1,11 @@
 """Same greedy tokens from the normal loop, the overlap loop and both disaggregation backends, on a seeded
 100-request workload with chunked prefill, radix hits and forced retraction; pools leak-free at idle.
 
-The tiny model's logits are well separated and these loops only change batch composition, so the
-tokens must match exactly (no near-tie allowance).
+The in-process loops only change batch composition, deterministically, so their tokens must match
+exactly. Under torch.distributed the decode side's batches depend on when each handoff arrives, and
+this workload has near-ties (top-2 margins down to 9e-4 on the tiny model: request 39 has 1.7e-3 at
+step 13, and a loaded CI machine once flipped it), so there a divergence is accepted only where the
+margin is under the near-tie bound; a real fault (lost or misplaced KV) diverges at a wide margin.
 """
 from __future__ import annotations
 
@@ -10,6 +13,7 @@ import pytest
 
 from scheduler_core.engine import GenerateOutput
 from tests.overlap.conftest import CHUNK, mixed_workload, tight_engine
+from tests.scheduler_core.conftest import same_or_near_tie
 
 WORKLOAD = mixed_workload()
 
@@ -60,7 +64,9 @@ def test_distributed_disaggregation_matches_normal_loop(tiny_model, reference, o
     """Two spawned processes over gloo; each rank checks its pools are leak-free before reporting."""
     engine = tight_engine(tiny_model, overlap=overlap, disaggregation="torch.distributed")
     outs = engine.generate(WORKLOAD.prompts, WORKLOAD.params)
-    _same_tokens(reference, outs)
+    assert len(outs) == len(reference)
+    verdicts = [same_or_near_tie(r, o) for r, o in zip(reference, outs)]
+    assert verdicts.count("near_tie") <= 3, verdicts  # timing flips a near-tie now and then, not many
     assert sum(o.retractions for o in outs) > 0
     assert sum(o.cached_tokens for o in outs) > 0
 
