@@ -30,6 +30,7 @@ from app.core.config import Settings, current_settings, use_settings
 from app.core.db import Database
 from app.core.duties import Duty
 from app.core.models import CommitStatusUpdate, Job, JobReason, Measurement, Repository, Run, Suite
+from app.core.outbox import claim
 from app.github import app_auth
 from app.jobs import queue
 
@@ -177,13 +178,8 @@ def _rate_limit_until(response: requests.Response, moment: datetime) -> datetime
 
 
 def _claim(db: Database, row_id: int, moment: datetime) -> bool:
-    with db.session() as session:
-        result = session.execute(
-            update(CommitStatusUpdate)
-            .where(CommitStatusUpdate.id == row_id, CommitStatusUpdate.sent_at.is_(None),
-                   CommitStatusUpdate.attempts < MAX_ATTEMPTS, CommitStatusUpdate.next_attempt_at <= moment)
-            .values(next_attempt_at=moment + timedelta(seconds=CLAIM_S), attempts=CommitStatusUpdate.attempts + 1))
-        return result.rowcount == 1
+    return claim(db, CommitStatusUpdate, row_id, moment=moment, lease_s=CLAIM_S,
+                 still_due=(CommitStatusUpdate.sent_at.is_(None), CommitStatusUpdate.attempts < MAX_ATTEMPTS))
 
 
 def _superseded(session: Session, row: CommitStatusUpdate) -> bool:

@@ -30,6 +30,7 @@ from app.core.config import Settings, current_settings
 from app.core.db import Database
 from app.core.duties import Duty
 from app.core.models import NotificationDelivery
+from app.core.outbox import claim
 from app.notify import github_comment, messages
 from app.notify.outbox import queue_digests
 
@@ -56,15 +57,8 @@ def signature(secret: str, body: bytes) -> str:
 
 
 def _claim(db: Database, row_id: int) -> bool:
-    moment = utcnow()
-    with db.session() as session:
-        result = session.execute(
-            update(NotificationDelivery)
-            .where(NotificationDelivery.id == row_id, NotificationDelivery.state == "pending",
-                   NotificationDelivery.next_attempt_at <= moment)
-            .values(next_attempt_at=moment + timedelta(seconds=CLAIM_S), attempts=NotificationDelivery.attempts + 1))
-        session.commit()
-        return result.rowcount == 1
+    return claim(db, NotificationDelivery, row_id, moment=utcnow(), lease_s=CLAIM_S,
+                 still_due=(NotificationDelivery.state == "pending",))
 
 
 def _finish(db: Database, row_id: int, **values: object) -> None:

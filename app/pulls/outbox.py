@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import logging
 import time
-from datetime import timedelta
 from typing import Any
 
 import requests
@@ -25,6 +24,7 @@ from app.core.config import Settings, current_settings
 from app.core.db import Database
 from app.core.duties import Duty
 from app.core.models import Commit, PullComparison, PullRequest, PullRequestGitHub, PullRequestWrite, Repository
+from app.core.outbox import claim
 from app.github import app_auth
 from app.github.status import OWNER_NAME_RE
 from app.github.status import _backoff as backoff
@@ -78,14 +78,8 @@ def queue_reply(session: Session, pull: PullRequest, text: str) -> None:
 # ---------------------------------------------------------------- sender
 
 def _claim(db: Database, row_id: int) -> bool:
-    moment = utcnow()
-    with db.session() as session:
-        result = session.execute(
-            update(PullRequestWrite)
-            .where(PullRequestWrite.id == row_id, PullRequestWrite.sent_at.is_(None),
-                   PullRequestWrite.attempts < MAX_ATTEMPTS, PullRequestWrite.next_attempt_at <= moment)
-            .values(next_attempt_at=moment + timedelta(seconds=CLAIM_S), attempts=PullRequestWrite.attempts + 1))
-        return result.rowcount == 1
+    return claim(db, PullRequestWrite, row_id, moment=utcnow(), lease_s=CLAIM_S,
+                 still_due=(PullRequestWrite.sent_at.is_(None), PullRequestWrite.attempts < MAX_ATTEMPTS))
 
 
 def _superseded(session: Session, row: PullRequestWrite) -> bool:
