@@ -16,6 +16,8 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
+from functools import lru_cache
+from pathlib import Path
 from typing import Any
 
 from sqlalchemy import select
@@ -66,11 +68,19 @@ def _files(settings: Settings, repository: Repository, good: Commit | None, bad:
     if not (mirror.path / "HEAD").is_file():
         return [], f"no git mirror of {repository.name} on this service yet"
     try:
-        found = mirror.numstat(good.sha, bad.sha)
+        found = _numstat(mirror.path, good.sha, bad.sha)
     except (GitError, ValueError) as exc:
         return [], f"git could not compare the commits: {exc}"[:500]
     files = [{"path": path, "added": added, "deleted": deleted} for path, added, deleted in found[:MAX_FILES]]
     return files, None if len(found) <= MAX_FILES else f"{len(found)} files changed; the first {MAX_FILES} listed"
+
+
+@lru_cache(maxsize=512)
+def _numstat(path: Path, good: str, bad: str) -> tuple[tuple[str, int | None, int | None], ...]:
+    """The diff of two commits never changes: an alert's page and API, its notifications and a
+    polling dashboard ask for the same pair again and again, so git runs once per pair and process.
+    (Errors are not cached: a mirror that lacks a commit now may have it after the next fetch.)"""
+    return tuple(Mirror(path, url="").numstat(good, bad))
 
 
 def _timeline(session: Session, run: Run | None) -> dict[str, Any] | None:
