@@ -38,7 +38,7 @@ from app.auth.tokens import create_registration_token
 from app.core.db import Database
 from app.core.migrate import upgrade
 from app.core.models import Bisect, BisectState, Commit, DetectionState, Job, JobState, PullRequest, Repository
-from app.demo.service_process import ServiceProcess
+from app.demo.service_process import ServiceProcess, free_port
 from app.demo.story import EngineRepository, PullStory, Story, default_story, pull_request_story
 from app.pulls import comparisons, report
 
@@ -169,7 +169,9 @@ class Demo:
                 "PARALLAX_ADMIN_TOKEN": self.admin_token, "PARALLAX_GITHUB_WEBHOOK_SECRET": self.secret,
                 "PARALLAX_DATA_DIR": str(self.work / "data"), "PARALLAX_LOG_LEVEL": "WARNING",
                 # Short leases, so a job of a runner that died is retried within the demo.
-                "PARALLAX_LEASE_S": "30", "PARALLAX_PUBLIC_URL": ""}
+                "PARALLAX_LEASE_S": "30",
+                # Links in the pull-request comment and notifications point at this demo's dashboard.
+                "PARALLAX_PUBLIC_URL": f"http://127.0.0.1:{self.port}"}
 
     # ------------------------------------------------------------ processes
 
@@ -290,6 +292,7 @@ def _run(demo: Demo, exit_when_done: bool) -> int:
     db = Database(demo.database_url)
 
     _step("starting the service (parallax serve) and three runners: cpu, cuda-sim (H100), rocm-sim (MI300X)")
+    demo.port = demo.port or free_port()  # chosen before the service starts: its links name it
     with open(work / "serve.log", "w") as log:
         try:
             # Threads, not gevent: SQLite's lock waits happen inside C and do not yield to other

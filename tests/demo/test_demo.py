@@ -52,6 +52,8 @@ def test_the_demo_flags_the_rocm_only_regression_bisects_it_and_sees_the_fixes_d
         summary = "".join(output)
         assert "expected, not found" not in summary, summary
         assert "the rocm-sim runner exited with status -9; starting it again" in summary, summary
+        # The pull request's comment links to this demo's own dashboard (and so does the page line).
+        assert summary.count(f"{base}/pulls/") >= 2, summary
 
         log = subprocess.run(["git", "log", "--format=%H %s"], cwd=work / "engine-repo", capture_output=True,
                              text=True, check=True).stdout.splitlines()
