@@ -26,6 +26,7 @@ from runners import execute
 from runners.checkout import CheckoutError, Workspace, validate_sha
 from runners.client import Aborted, Client, LeaseLost, RetryPolicy, ServiceError, Unauthorized
 from runners.facts import REAL_PLATFORMS, Facts, detect, engine_version, environment_facts, probe_torch
+from runners.host_lock import HostLock, HostLockError, Interrupted
 from runners.outage import OutageReport
 from runners.results import ResultsError, loads, to_json
 
@@ -73,6 +74,7 @@ class Config:
     kill_grace_s: float = 5.0
     claim_retry_s: float = 15.0  # how long one claim retries through an outage before the loop counts a failure
     outage_report_s: float = 60.0  # at most one line this often while claims keep failing
+    host_lock: Path | None = None  # shared by the runners of one machine: real platforms measure alone
     retry: RetryPolicy = field(default_factory=RetryPolicy)
 
 
@@ -259,6 +261,11 @@ class Agent:
     def prepare(self) -> None:
         """Everything before the first claim: lock, clean-up after a crash, facts, identity."""
         self.lock_work_dir()
+        if self.config.host_lock is not None:
+            try:
+                HostLock(self.config.host_lock).check()
+            except HostLockError as exc:
+                raise RunnerError(str(exc)) from exc
         note = kill_leftover_job(self.work_dir)
         if note:
             log.warning("%s", note)
@@ -470,6 +477,30 @@ class Agent:
             failed = self.run_setup(job, state, shipper, worktree, env)
             if failed is not None:
                 return failed
+        if self.config.host_lock is None:
+            return self.measure(job, argv, state, shipper, worktree, env, timeout_s, output_root)
+        exclusive = not self.is_simulated(job)
+
+        def waiting() -> None:
+            shipper.write(f"[parallax-runner] waiting for the host lock {self.config.host_lock} "
+                          f"({'alone: a real platform' if exclusive else 'shared: a simulated platform'}); "
+                          "another job on this machine is measuring\n")
+        try:
+            with HostLock(self.config.host_lock).hold(exclusive, lambda: self.interrupt_reason(state), waiting):
+                return self.measure(job, argv, state, shipper, worktree, env, timeout_s, output_root)
+        except Interrupted as exc:
+            if exc.reason == "shutdown":
+                return ("handback", f"handed back: runner shutting down ({self.stop_signal}) while the job waited "
+                                    "for the host lock")
+            verdict = self.outcome_verdict(execute.Outcome(None, exc.reason, 0.0), timeout_s, shipper,
+                                           "wait for the host lock")
+            assert verdict is not None
+            return verdict
+
+    def measure(self, job: dict[str, Any], argv: list[str], state: "JobState", shipper: execute.LogShipper,
+                worktree: Path, env: dict[str, str], timeout_s: float, output_root: Path) -> tuple[Any, ...]:
+        """Run the suite's command (or its adapter's tool) on the checked-out commit; the verdict."""
+        results_path = Path(env["PARALLAX_RESULTS"])
         if job.get("adapter"):
             return self.run_adapter_job(job, state, shipper, worktree, env, timeout_s)
         output_dir = output_root / "run-1"

@@ -60,11 +60,14 @@ def _parse_labels(values: tuple[str, ...]) -> dict[str, str]:
               help="seconds one claim retries through an outage before it counts as failed")
 @click.option("--outage-report", "outage_report_s", default=60.0, show_default=True, type=click.FloatRange(min=1.0),
               help="while claims fail: the first failure is a warning, then one line at most this often")
+@click.option("--host-lock", default=None, envvar="PARALLAX_HOST_LOCK", type=click.Path(dir_okay=False),
+              help="a lock file shared by the runners of this machine: a job on a real platform measures "
+                   "alone, simulated jobs share it (wall-clock numbers must not time the neighbours)")
 @click.option("-v", "--verbose", is_flag=True, help="debug logging")
 def runner(server: str, registration_token: str | None, name: str | None, labels: tuple[str, ...],
            work_dir: str, once: bool, sim_profile: str | None, grace_s: float, claim_wait_s: float,
            heartbeat_s: float | None, upload_budget_s: float, kill_grace_s: float, claim_retry_s: float,
-           outage_report_s: float, verbose: bool) -> None:
+           outage_report_s: float, host_lock: str | None, verbose: bool) -> None:
     """Run jobs for the service at --server on this machine (CUDA, ROCm, CPU or simulated)."""
     logging.basicConfig(level=logging.DEBUG if verbose else logging.INFO, stream=sys.stderr,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
@@ -79,7 +82,8 @@ def runner(server: str, registration_token: str | None, name: str | None, labels
     config = Config(server=_server_url(server), work_dir=Path(work_dir), registration_token=registration_token,
                     labels=declared, once=once, sim_device=sim_device, grace_s=grace_s,
                     claim_wait_s=claim_wait_s, heartbeat_s=heartbeat_s, upload_budget_s=upload_budget_s,
-                    kill_grace_s=kill_grace_s, claim_retry_s=claim_retry_s, outage_report_s=outage_report_s)
+                    kill_grace_s=kill_grace_s, claim_retry_s=claim_retry_s, outage_report_s=outage_report_s,
+                    host_lock=Path(host_lock).resolve() if host_lock else None)
     if name:
         config.name = name
     agent = Agent(config)

@@ -42,7 +42,8 @@ def test_the_demo_flags_the_rocm_only_regression_bisects_it_and_sees_the_fixes_d
             output.append(line)
             if not killed and line.startswith("push 4/"):
                 # A runner dies mid-demo: the demo starts it again and its job is retried.
-                subprocess.run(["pkill", "-KILL", "-f", "--", "--name demo-rocm-sim"], check=True)
+                # Only this demo's runner (its work directory), not another demo's on the machine.
+                subprocess.run(["pkill", "-KILL", "-f", "--", f"--work-dir {work}/runner-rocm-sim"], check=True)
                 killed = True
             if (found := SERVING.search(line)) is not None:
                 base = found.group(1)

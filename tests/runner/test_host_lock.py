@@ -1,0 +1,157 @@
+"""The host lock: runners sharing a machine measure a real platform alone, simulated jobs together,
+and a job that needs the machine alone is not starved by a stream of simulated ones."""
+from __future__ import annotations
+
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from runners.host_lock import HostLock, HostLockError, Interrupted
+from tests.support.runner_harness import Harness, wait_for
+
+DEADLINE_S = 60.0
+
+
+class Holder(threading.Thread):
+    """Takes the lock in a thread and keeps it until `release` is set; records what happened."""
+
+    def __init__(self, lock: HostLock, exclusive: bool, name: str, order: list[str]) -> None:
+        super().__init__(daemon=True, name=name)
+        self.lock, self.exclusive, self.order = lock, exclusive, order
+        self.waiting, self.entered, self.release = threading.Event(), threading.Event(), threading.Event()
+        self.error: BaseException | None = None
+
+    def run(self) -> None:
+        try:
+            with self.lock.hold(self.exclusive, waiting=self.waiting.set):
+                self.order.append(self.name)
+                self.entered.set()
+                self.release.wait(DEADLINE_S)
+        except BaseException as exc:  # reported by the test
+            self.error = exc
+
+    def finish(self) -> None:
+        self.release.set()
+        self.join(DEADLINE_S)
+        assert self.error is None, self.error
+
+
+@pytest.fixture
+def lock(tmp_path: Path) -> HostLock:
+    return HostLock(tmp_path / "host.lock", poll_s=0.01)
+
+
+def test_shared_holders_run_together(lock: HostLock):
+    order: list[str] = []
+    first, second = Holder(lock, False, "sim-a", order), Holder(lock, False, "sim-b", order)
+    first.start()
+    assert first.entered.wait(DEADLINE_S)
+    second.start()
+    assert second.entered.wait(DEADLINE_S)
+    assert not second.waiting.is_set()
+    first.finish()
+    second.finish()
+
+
+def test_an_exclusive_holder_waits_until_the_shared_one_is_done(lock: HostLock):
+    order: list[str] = []
+    sim, real = Holder(lock, False, "sim", order), Holder(lock, True, "cpu", order)
+    sim.start()
+    assert sim.entered.wait(DEADLINE_S)
+    real.start()
+    assert real.waiting.wait(DEADLINE_S)
+    assert not real.entered.is_set()
+    sim.finish()
+    assert real.entered.wait(DEADLINE_S)
+    real.finish()
+    assert order == ["sim", "cpu"]
+
+
+def test_a_shared_holder_waits_while_a_real_platform_measures(lock: HostLock):
+    order: list[str] = []
+    real, sim = Holder(lock, True, "cpu", order), Holder(lock, False, "sim", order)
+    real.start()
+    assert real.entered.wait(DEADLINE_S)
+    sim.start()
+    assert sim.waiting.wait(DEADLINE_S)
+    assert not sim.entered.is_set()
+    real.finish()
+    assert sim.entered.wait(DEADLINE_S)
+    sim.finish()
+
+
+def test_a_waiting_exclusive_holder_goes_before_shared_ones_that_come_later(lock: HostLock):
+    """Simulator jobs overlap all the time; without the turnstile a cpu job could wait forever."""
+    order: list[str] = []
+    first_sim, real, later_sim = (Holder(lock, False, "sim-1", order), Holder(lock, True, "cpu", order),
+                                  Holder(lock, False, "sim-2", order))
+    first_sim.start()
+    assert first_sim.entered.wait(DEADLINE_S)
+    real.start()
+    assert real.waiting.wait(DEADLINE_S)
+    later_sim.start()
+    assert later_sim.waiting.wait(DEADLINE_S)  # held at the turnstile, although sim-1 holds the lock shared
+    assert not later_sim.entered.is_set()
+    first_sim.finish()
+    assert real.entered.wait(DEADLINE_S)
+    assert not later_sim.entered.is_set()
+    real.finish()
+    assert later_sim.entered.wait(DEADLINE_S)
+    later_sim.finish()
+    assert order == ["sim-1", "cpu", "sim-2"]
+
+
+def test_a_wait_is_given_up_with_the_reason(lock: HostLock):
+    order: list[str] = []
+    sim = Holder(lock, False, "sim", order)
+    sim.start()
+    assert sim.entered.wait(DEADLINE_S)
+    asked = []
+
+    def interrupted() -> str | None:
+        asked.append(1)
+        return "cancelled" if len(asked) >= 3 else None
+
+    with pytest.raises(Interrupted) as raised:
+        with lock.hold(True, interrupted):
+            order.append("cpu")
+    assert raised.value.reason == "cancelled" and order == ["sim"]
+    sim.finish()
+
+
+def test_a_lock_that_cannot_be_opened_is_refused_naming_the_path(tmp_path: Path):
+    missing = tmp_path / "no-such-dir" / "host.lock"
+    with pytest.raises(HostLockError, match=f"host lock {missing}: cannot open it"):
+        HostLock(missing).check()
+
+
+def test_the_runner_refuses_a_host_lock_it_cannot_open_before_claiming(harness: Harness, tmp_path: Path):
+    job_id = harness.enqueue(harness.shas[0])
+    missing = tmp_path / "no-such-dir" / "host.lock"
+    proc = harness.start_runner("r1", "--once", "--host-lock", str(missing))
+    assert harness.wait_exit(proc) != 0
+    assert f"host lock {missing}: cannot open it" in harness.runner_log(proc)
+    assert harness.job(job_id)["state"] == "queued"
+
+
+def test_a_cpu_job_waits_for_a_simulator_job_on_the_same_host_and_says_so(harness: Harness, tmp_path: Path):
+    path = tmp_path / "host.lock"
+    order: list[str] = []
+    simulator_job = Holder(HostLock(path), False, "sim", order)  # a simulated job measuring on this machine
+    simulator_job.start()
+    assert simulator_job.entered.wait(DEADLINE_S)
+    job_id = harness.enqueue(harness.shas[0])
+    proc = harness.start_runner("r1", "--once", "--host-lock", str(path), mode="block")
+    wait_for(lambda: "waiting for the host lock" in (harness.job(job_id)["log"] or ""), DEADLINE_S,
+             "the job's log to say it waits for the host lock")
+    assert harness.job(job_id)["state"] == "running"
+    simulator_job.finish()
+    released_at = time.time()
+    harness.marker("started")  # the suite's command starts once the simulator job is done ...
+    assert harness.control.joinpath("started").stat().st_mtime >= released_at - 0.01  # ... not before
+    harness.control.joinpath("release").touch()
+    job = harness.wait_job(job_id, ("succeeded", "failed"), proc=proc)
+    assert job["state"] == "succeeded", job
+    assert harness.wait_exit(proc) == 0
