@@ -30,11 +30,15 @@ install: $(STAMP)
 demo: $(STAMP)
 	$(VENV)/bin/parallax demo
 
+# One pytest-xdist worker per core; TEST_WORKERS=0 runs in this process (serially).
+TEST_WORKERS ?= $(shell nproc 2>/dev/null || echo 2)
+XDIST_ARGS := -n $(TEST_WORKERS) --dist worksteal
+
 test: $(STAMP)
-	$(PY) -m pytest $(PYTEST_ARGS)
+	$(PY) -m pytest $(XDIST_ARGS) $(PYTEST_ARGS)
 
 test-fast: $(STAMP)
-	$(PY) -m pytest -m "not slow" $(PYTEST_ARGS)
+	$(PY) -m pytest $(XDIST_ARGS) -m "not slow" $(PYTEST_ARGS)
 
 # Mutation testing of the safety-critical modules (docs/testing.md); not part of .ci/run.
 # MUTATION_ARGS e.g. "--per-target 40 --only queue", then the same with --before (the tests from

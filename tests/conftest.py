@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import sys
 from pathlib import Path
 from typing import Iterator
 
@@ -19,6 +20,24 @@ from app.jobs.catalogue import sync_catalogue
 from app.web import create_app
 from tests.support.live_server import LiveServer
 from tests.support.settings import ADMIN_TOKEN, DEFAULT_PG, REPO_ROOT, SHARED, SUITES, make_settings  # noqa: F401
+
+pytest_plugins = ["tests.support.examples"]
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """Under pytest-xdist (`make test` runs a worker per core) each worker and the jobs it starts
+    get one BLAS/OpenMP thread: two workers with a thread per core each would oversubscribe."""
+    if hasattr(config, "workerinput"):
+        for name in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS"):
+            os.environ.setdefault(name, "1")
+        if "torch" in sys.modules:  # imported already: the variables above came too late for it
+            sys.modules["torch"].set_num_threads(1)
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Slow tests first (a stable sort): workers take the longest tests while the short ones
+    are still there to fill the gaps, instead of one worker finishing the demo alone."""
+    items.sort(key=lambda item: item.get_closest_marker("slow") is None)
 
 
 def _postgres_admin_url() -> str:

@@ -9,7 +9,6 @@ from typing import Any
 import pytest
 
 from app.core.config import RepositorySpec, parse_catalogue
-from tests.fuzz.conftest import record_examples  # noqa: F401  (the fuzz tests' example counts, for the property test)
 from tests.support.github import Upstream
 from tests.support.settings import SUITES, make_settings
 
