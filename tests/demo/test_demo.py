@@ -27,6 +27,8 @@ def _env(tmp_path: Path) -> dict[str, str]:
 
 
 @pytest.mark.slow
+@pytest.mark.solo  # its cpu runner's timings are real: a test beside it would be measured too
+@pytest.mark.timeout(1200)  # the demo's own deadline (900 s) comes first
 def test_the_demo_flags_the_rocm_only_regression_bisects_it_and_sees_the_fixes_despite_a_dead_runner(
         tmp_path: Path) -> None:
     work = tmp_path / "demo"
