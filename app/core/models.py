@@ -98,6 +98,10 @@ class Repository(Base):
     default_branch: Mapped[str] = mapped_column(String(255), default="main")
     created_at: Mapped[datetime] = mapped_column(default=utcnow)
     webhook_secret: Mapped[str | None] = mapped_column(String(255))  # None: PARALLAX_GITHUB_WEBHOOK_SECRET
+    # Bumped (app.core.series_epoch) whenever what a series holds changes under the same runs:
+    # a branch history re-written, an upload placed on the default branch, a retention prune
+    # batch. Part of the series cache's stamp (app/web/series_cache.py).
+    series_epoch: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
 
 
 class Commit(Base):
@@ -291,7 +295,10 @@ class Run(Base):
     __tablename__ = "runs"
     __table_args__ = (UniqueConstraint("job_id", "attempt"),
                       Index("ix_runs_series", "suite_id", "platform", "commit_id"),
-                      Index("ix_runs_created_at", "created_at"))
+                      Index("ix_runs_created_at", "created_at"),
+                      # A platform's run count and newest run id in one index-only scan: the
+                      # series cache's stamp (app/web/series_cache.py).
+                      Index("ix_runs_platform_id", "platform", "id"))
     id: Mapped[int] = mapped_column(primary_key=True)
     job_id: Mapped[int] = mapped_column(ForeignKey("jobs.id", ondelete="CASCADE"))
     attempt: Mapped[int] = mapped_column(Integer)

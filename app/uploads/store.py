@@ -16,6 +16,7 @@ from app.auth.ci_tokens import CiScope, check_scope
 from app.core.clock import utcnow
 from app.core.errors import Conflict, Invalid
 from app.core.models import CiUpload, Commit, Job, JobReason, JobState, Repository, Run, StoredRunHook, Suite
+from app.core.series_epoch import bump_series_epoch
 from app.git.mirror import CommitInfo, Mirror
 from app.jobs.measurements import document_hash, store_run
 from app.uploads import commits
@@ -148,8 +149,9 @@ def _write(session: Session, scope: CiScope, request: UploadRequest, document: R
     repository = session.get(Repository, repository_id)
     suite = session.get(Suite, suite_id)
     assert repository is not None and suite is not None
+    placed = False
     if found is not None:
-        commit = commits.record(session, repository, *found)
+        commit, placed = commits.record(session, repository, *found)
     assert commit is not None
     job = _job(session, repository, commit, suite, request.platform)
     run = store_run(session, job, None, document, document_hash(raw))
@@ -159,5 +161,7 @@ def _write(session: Session, scope: CiScope, request: UploadRequest, document: R
     session.add(StoredRunHook(run_id=run.id))
     session.flush()
     stored = Stored(run_id=run.id, job_id=job.id, commit_id=commit.id, created=True)
+    if placed:  # last: the bump holds the repository row until the commit
+        bump_series_epoch(session, [repository.id])
     session.commit()
     return stored
