@@ -522,6 +522,37 @@ class CiUpload(Base):
     created_at: Mapped[datetime] = mapped_column(default=utcnow)
 
 
+class QueuedUpload(Base):
+    """An upload of a commit the service had not seen, answered 202 and finished by the `uploads`
+    duty (app/uploads/queued.py), which reads the commit from git outside any request. Holds the
+    validated document as it will be stored, and then the outcome: `stored` with its run, or
+    `failed` with the HTTP status and error body the request would have answered. Its
+    idempotency key is unique per repository, like a stored upload's."""
+
+    __tablename__ = "queued_uploads"
+    __table_args__ = (UniqueConstraint("repository_id", "idempotency_key"),
+                      Index("ix_queued_uploads_state", "state"))
+    id: Mapped[int] = mapped_column(primary_key=True)
+    repository_id: Mapped[int] = mapped_column(ForeignKey("repositories.id", ondelete="CASCADE"))
+    ci_token_id: Mapped[int | None] = mapped_column(ForeignKey("ci_tokens.id", ondelete="SET NULL"))
+    idempotency_key: Mapped[str | None] = mapped_column(String(255))
+    request_sha256: Mapped[str] = mapped_column(String(64))
+    sha: Mapped[str] = mapped_column(String(40))
+    suite: Mapped[str] = mapped_column(String(128))
+    platform: Mapped[str] = mapped_column(String(64))
+    document: Mapped[str] = mapped_column(Text)  # the validated results document, as its run will store it
+    provider: Mapped[str | None] = mapped_column(String(64))
+    run_url: Mapped[str | None] = mapped_column(String(1000))
+    adapter: Mapped[str | None] = mapped_column(String(64))
+    state: Mapped[str] = mapped_column(String(16), default="pending")  # pending, stored, failed
+    run_id: Mapped[int | None] = mapped_column(ForeignKey("runs.id", ondelete="SET NULL"))
+    created: Mapped[bool] = mapped_column(Boolean, default=True)  # False: stored by an earlier upload
+    error_status: Mapped[int | None] = mapped_column(Integer)
+    error: Mapped[dict[str, Any] | None] = mapped_column(JSON)  # {error, detail, field, ...} as a request's answer
+    created_at: Mapped[datetime] = mapped_column(default=utcnow)
+    finished_at: Mapped[datetime | None]
+
+
 # --- notifications and artifacts (issue 28) ---
 
 
