@@ -113,7 +113,7 @@ def get_series():  # type: ignore[no-untyped-def]
     window = limits.integer(int(last) if last.isdigit() and len(last) < 10 else last, "last", minimum=1) if last else None
     # The stamp before any data (app/web/series_cache.py): the epoch came with the repository row.
     cache: SeriesCache = current_app.extensions["parallax.series_cache"]
-    key = SeriesRequest(repository.id, branch, suite, metric, platform, wanted, window)
+    key = SeriesRequest(repository.id, repository.name, branch, suite, metric, platform, wanted, window)
     stamp = read_stamp(session, repository.series_epoch, platform)
     body = cache.get(key, stamp)
     if body is None:

@@ -43,6 +43,7 @@ ENTRY_OVERHEAD_BYTES = 512  # the key, the stamp and the dictionary's own share 
 class SeriesRequest:
     """What a series answer depends on besides the data: the request, with the branch resolved."""
     repository_id: int
+    repository: str                    # the name the answer carries
     branch: str
     suite: str
     metric: str

@@ -138,7 +138,7 @@ def test_an_unchanged_history_keeps_its_entry_across_writes_elsewhere(app: Any, 
 
 
 def key(n: int) -> SeriesRequest:
-    return SeriesRequest(1, "main", SUITE, f"metric-{n}", "rocm", None, None)
+    return SeriesRequest(1, "demo/engine", "main", SUITE, f"metric-{n}", "rocm", None, None)
 
 
 STAMP = Stamp(epoch=0, runs=1, newest_run=1)
