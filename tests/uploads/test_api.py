@@ -12,7 +12,7 @@ import requests
 from sqlalchemy import select
 
 from app.core.config import use_settings
-from app.core.models import CiUpload, CommitStatusUpdate, DetectionState, Job, JobReason, JobState, Run
+from app.core.models import CiUpload, CommitStatusUpdate, DetectionState, Job, JobReason, JobState, Repository, Run
 from app.jobs.queue import deliver_stored_runs
 from tests.support.github import Upstream, count_rows
 from tests.support.runner_harness import wait_for
@@ -94,6 +94,9 @@ def test_an_unseen_commit_on_the_default_branch_is_fetched_and_placed_in_its_his
         row = session.scalar(select(BranchCommit).join(Branch, Branch.id == BranchCommit.branch_id)
                              .where(Branch.name == "main", BranchCommit.commit_id == commit.id))
         assert row is not None and row.active and row.position == 5  # the sixth commit of main
+        # A commit placed in the history changes the series under the same runs: the series
+        # API's cached answers of the repository are stale (app/web/series_cache.py).
+        assert session.get(Repository, commit.repository_id).series_epoch == 1
 
 
 def test_a_commit_off_the_default_branch_is_stored_without_a_place_in_its_history(live_server, db, token, upstream):
@@ -105,6 +108,7 @@ def test_a_commit_off_the_default_branch_is_stored_without_a_place_in_its_histor
     with db.session() as session:
         commit = session.scalar(select(Commit).where(Commit.sha == side))
         assert session.scalar(select(BranchCommit).where(BranchCommit.commit_id == commit.id)) is None
+        assert session.get(Repository, commit.repository_id).series_epoch == 0
 
 
 def test_a_retried_upload_with_the_same_idempotency_key_stores_once(live_server, db, token, upstream):
@@ -217,7 +221,6 @@ def test_a_ci_token_cannot_read_pages_that_need_a_token(app, db, token, upstream
 
 
 def test_an_unseen_commit_of_a_repository_that_cannot_be_fetched_is_a_503(live_server, db, token, upstream, tmp_path):
-    from app.core.models import Repository
     with db.session() as session:
         session.scalar(select(Repository).where(Repository.name == "demo/engine")).url = str(tmp_path / "gone")
     reply = post(live_server, token, upload_body(upstream.head(), document()))
@@ -283,7 +286,6 @@ def test_a_sha_the_repository_does_not_have_fails_in_the_poll_and_stores_nothing
 
 
 def test_a_failed_upload_retried_with_its_key_is_queued_again(live_server, db, token, upstream, tmp_path):
-    from app.core.models import Repository
     with db.session() as session:
         session.scalar(select(Repository).where(Repository.name == "demo/engine")).url = str(tmp_path / "gone")
     body = upload_body(upstream.head(), document())
