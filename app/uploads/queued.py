@@ -13,6 +13,7 @@ import logging
 from typing import Any
 
 from sqlalchemy import select
+from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.orm import Session
 
 from app.core import limits
@@ -75,6 +76,8 @@ def _finish(db: Database, settings: Settings, queued_id: int) -> str:
         with db.session() as session:
             finish_queued(session, queued_id, failure=exc)
         return "failed"
+    except SQLAlchemyError:
+        raise  # the database restarting, a deadlock: left pending, tried again at the next tick
     except Exception:
         # Not retried forever: the uploader sees a 500 in the poll answer and may send it again.
         log.exception("queued upload failed", extra={"px_upload": queued_id})

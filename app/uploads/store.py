@@ -216,6 +216,9 @@ def write_upload(session: Session, origin: Origin, sha: str, platform: str, docu
             session.rollback()
             earlier = earlier_upload(session, repository_id, origin)
             if earlier is not None:  # a concurrent retry with the same key committed first
+                if queued_id is not None:
+                    finish_queued(session, queued_id, run_id=earlier.run_id, created=False)
+                    session.commit()
                 return earlier
             if attempt == WRITE_ATTEMPTS:
                 raise
