@@ -19,6 +19,7 @@ from app.notify import sender as notify_sender
 from app.pulls import comparisons as pulls
 from app.pulls import outbox as pull_outbox
 from app.retention import prune
+from app.uploads import queued as queued_uploads
 
 
 def connect() -> None:
@@ -38,6 +39,8 @@ def connect() -> None:
 
 def duties() -> list[Duty]:
     """Every background duty: lease reaping, webhook processing, commit statuses, detection, bisect,
-    pull-request comparisons and their GitHub outbox, notifications, artifact and sample retention."""
+    pull-request comparisons and their GitHub outbox, notifications, artifact and sample retention,
+    and uploads of commits the service had not seen."""
     return [*queue.DUTIES, *ingest.DUTIES, *github_status.DUTIES, *detection.DUTIES, *bisect.DUTIES,
-            *pulls.DUTIES, *pull_outbox.DUTIES, *notify_sender.DUTIES, *artifacts.DUTIES, *prune.DUTIES]
+            *pulls.DUTIES, *pull_outbox.DUTIES, *notify_sender.DUTIES, *artifacts.DUTIES, *prune.DUTIES,
+            *queued_uploads.DUTIES]

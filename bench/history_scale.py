@@ -7,7 +7,9 @@ It starts a PostgreSQL of its own (`initdb` in a temporary directory, another po
 postgres user; bench/pg_instance.py), never the machine's shared server, and removes it at the
 end. Timed in-process through the Flask test client (request to response inside the app):
 
-- home page, series API over the newest 300 and 5,000 commits, commit page, compare page;
+- home page, series API over the newest 300 and 5,000 commits (a miss: the series cache emptied
+  before each request, app/web/series_cache.py; and a hit: the same request again), commit
+  page, compare page;
 - an incremental detection scan after one new run (stored through claim + complete);
 - starting a bisect (`POST /api/v1/bisects`, which answers 202 and leaves git to the duty);
 - claim and complete of one job through the runner protocol.
@@ -22,6 +24,7 @@ detection < 50 ms.
 Run:
 
     .venv/bin/python bench/history_scale.py --scale 0.02      # 1,200 commits, a few minutes
+    .venv/bin/python bench/history_scale.py --scale 0.1       # 5,000 commits: the smallest with 5,000
     .venv/bin/python bench/history_scale.py --scale 1          # 60,000 commits, ~18 M samples
 
 Prints tables and writes bench/results/history_scale-<scale>.json.
@@ -68,7 +71,8 @@ METRICS = [  # name, unit, direction, level
 ]
 SAMPLES = 5
 MAIN_COMMITS, PR_HEADS = 50_000, 10_000
-TARGETS_MS = {"home": 300, "series API (300)": 100, "series API (5000)": 100, "commit page": 200,
+TARGETS_MS = {"home": 300, "series API (300), miss": 100, "series API (300), hit": 100,
+              "series API (5000), miss": 100, "series API (5000), hit": 100, "commit page": 200,
               "compare page": 200, "detection scan after one run": 50}
 ADMIN = "bench-admin-token"
 
@@ -218,10 +222,28 @@ def measure(url: str, seeded: dict[str, Any], repeat: int, log: Callable[[str], 
                      "met": "–" if target is None else ("yes" if result["median_ms"] < target else "NO")})
         log(f"{name}: {result['median_ms']} ms (p95 {result['p95_ms']})")
 
-    for name, path in {"home": "/", "series API (300)": base + "&last=300", "series API (5000)": base + "&last=5000",
-                       "commit page": f"/commits/{main_shas[at]}",
-                       "compare page": f"/compare?repository={REPOSITORY}&a={main_shas[at - 1]}&b={main_shas[at]}"}.items():
-        row(name, timed(get(client, path), repeat))
+    cache = app.extensions["parallax.series_cache"]
+
+    def missed(path: str) -> Callable[[], Any]:
+        """The series API answered from the database: the cache emptied before each request."""
+        fetch = get(client, path)
+
+        def call() -> Any:
+            cache.clear()
+            return fetch()
+        return call
+
+    for name, call in {"home": get(client, "/"),
+                       "series API (300), miss": missed(base + "&last=300"),
+                       "series API (300), hit": get(client, base + "&last=300"),
+                       "series API (5000), miss": missed(base + "&last=5000"),
+                       "series API (5000), hit": get(client, base + "&last=5000"),
+                       "commit page": get(client, f"/commits/{main_shas[at]}"),
+                       "compare page": get(client, f"/compare?repository={REPOSITORY}&a={main_shas[at - 1]}&b={main_shas[at]}"),
+                       }.items():
+        row(name, timed(call, repeat))
+        if name.endswith("hit"):  # every request of the row was a hit (the miss row's clear reset the counts)
+            assert (cache.stats.hits, cache.stats.misses) == (repeat + 1, 1), cache.stats
 
     admin = {"Authorization": f"Bearer {ADMIN}"}
     token = client.post("/api/v1/registration-tokens", json={}, headers=admin).get_json()["token"]

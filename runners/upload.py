@@ -3,12 +3,15 @@ Parallax results document, or a tool's raw output for one of the runner's adapte
 service converts it with the same code). Runner side only: click and requests, no Flask or
 database. Repository, commit and the CI run's URL come from GitHub Actions' or Buildkite's
 environment when not given; connection errors and 5xx are retried with backoff (the runner's
-`Client`), and a refusal ends the command non-zero with the service's reason."""
+`Client`), and a refusal ends the command non-zero with the service's reason. An upload of a
+commit the service has not seen is answered 202 (the service reads it from git in the
+background): the command polls `GET /api/v1/uploads/<id>` until it is stored or refused."""
 from __future__ import annotations
 
 import json
 import os
 import sys
+import time
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
@@ -86,6 +89,25 @@ def _pairs(values: tuple[str, ...]) -> dict[str, str]:
     return out
 
 
+POLL_S = (0.2, 0.5, 1.0, 2.0, 5.0)  # pauses between polls of a queued upload, the last repeated
+
+
+def wait_for_upload(client: Client, queued: dict[str, Any], wait_s: float) -> dict[str, Any]:
+    """Poll `GET /api/v1/uploads/<id>` until the queued upload is stored or failed."""
+    deadline = time.monotonic() + wait_s
+    polls = 0
+    while True:
+        reply = client.check(client.request("GET", f"/uploads/{queued['upload_id']}"), "upload").json()
+        if reply.get("state") != "pending":
+            return reply
+        pause = POLL_S[min(polls, len(POLL_S) - 1)]
+        polls += 1
+        if time.monotonic() + pause > deadline:
+            raise ServiceError(f"upload: upload {queued['upload_id']} is still queued after {wait_s:.0f} s; "
+                               f"see {queued['poll_url']}")
+        time.sleep(pause)
+
+
 @click.command("upload")
 @click.option("--server", required=True, envvar="PARALLAX_SERVER", help="service URL (env PARALLAX_SERVER)")
 @click.option("--token", required=True, envvar="PARALLAX_CI_TOKEN",
@@ -104,10 +126,12 @@ def _pairs(values: tuple[str, ...]) -> dict[str, str]:
               help="same key, same result stored once (default: the CI run's URL + suite + platform, else a random key)")
 @click.option("--retry-for", "budget_s", default=300.0, show_default=True, type=float,
               help="seconds to keep retrying through connection errors and 5xx")
+@click.option("--wait-for", "wait_s", default=900.0, show_default=True, type=float,
+              help="seconds to wait for an upload the service queued (a commit it reads from git first)")
 @click.argument("files", nargs=-1, required=True, type=click.Path(exists=True, dir_okay=False, path_type=Path))
 def upload(server: str, token: str, repository: str, sha: str, platform: str, suite: str, adapter: str | None,
            env_facts: tuple[str, ...], detect_facts: bool | None, idempotency_key: str | None, budget_s: float,
-           files: tuple[Path, ...]) -> None:
+           wait_s: float, files: tuple[Path, ...]) -> None:
     """Upload results measured by this CI job: FILE (a results document) or --adapter NAME FILE..."""
     body: dict[str, Any] = {"repository": repository, "sha": sha.strip(), "platform": platform, "suite": suite,
                             "document": document_field(files, adapter)}
@@ -124,13 +148,19 @@ def upload(server: str, token: str, repository: str, sha: str, platform: str, su
     if idempotency_key is not None or run is None:
         # One key for every retry of this command: a retry after a lost answer stores nothing new.
         headers["Idempotency-Key"] = idempotency_key or str(uuid.uuid4())
-    # A long read timeout: an upload of a commit the service has not seen waits for its git fetch.
     client = Client(server, token, retry=RetryPolicy(budget_s=budget_s), timeout_s=120.0)
     try:
         response = client.request("POST", "/runs", json=body, headers=headers)
         reply = client.check(response, "upload").json()
+        if reply.get("state") == "pending":
+            # A commit the service had not seen: it reads it from git in the background (202).
+            click.echo(f"queued: upload {reply['upload_id']} waits for the service to read {sha[:12]} from git", err=True)
+            reply = wait_for_upload(client, reply, wait_s)
     except ServiceError as exc:
         raise click.ClickException(str(exc)) from exc
+    if reply.get("state") == "failed":
+        error = reply.get("error") or {}
+        raise click.ClickException(f"upload: HTTP {reply.get('status')}: {error.get('detail', error)}")
     verb = "stored" if reply.get("created") else "already stored (nothing new)"
     click.echo(f"{verb}: run {reply['run_id']} of {suite} on {platform} at {sha[:12]} ({repository})", err=True)
     click.echo(json.dumps(reply))

@@ -98,6 +98,10 @@ class Repository(Base):
     default_branch: Mapped[str] = mapped_column(String(255), default="main")
     created_at: Mapped[datetime] = mapped_column(default=utcnow)
     webhook_secret: Mapped[str | None] = mapped_column(String(255))  # None: PARALLAX_GITHUB_WEBHOOK_SECRET
+    # Bumped (app.core.series_epoch) whenever what a series holds changes under the same runs:
+    # a branch history re-written, an upload placed on the default branch, a retention prune
+    # batch. Part of the series cache's stamp (app/web/series_cache.py).
+    series_epoch: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
 
 
 class Commit(Base):
@@ -291,7 +295,10 @@ class Run(Base):
     __tablename__ = "runs"
     __table_args__ = (UniqueConstraint("job_id", "attempt"),
                       Index("ix_runs_series", "suite_id", "platform", "commit_id"),
-                      Index("ix_runs_created_at", "created_at"))
+                      Index("ix_runs_created_at", "created_at"),
+                      # A platform's run count and newest run id in one index-only scan: the
+                      # series cache's stamp (app/web/series_cache.py).
+                      Index("ix_runs_platform_id", "platform", "id"))
     id: Mapped[int] = mapped_column(primary_key=True)
     job_id: Mapped[int] = mapped_column(ForeignKey("jobs.id", ondelete="CASCADE"))
     attempt: Mapped[int] = mapped_column(Integer)
@@ -513,6 +520,37 @@ class CiUpload(Base):
     run_url: Mapped[str | None] = mapped_column(String(1000))
     adapter: Mapped[str | None] = mapped_column(String(64))
     created_at: Mapped[datetime] = mapped_column(default=utcnow)
+
+
+class QueuedUpload(Base):
+    """An upload of a commit the service had not seen, answered 202 and finished by the `uploads`
+    duty (app/uploads/queued.py), which reads the commit from git outside any request. Holds the
+    validated document as it will be stored, and then the outcome: `stored` with its run, or
+    `failed` with the HTTP status and error body the request would have answered. Its
+    idempotency key is unique per repository, like a stored upload's."""
+
+    __tablename__ = "queued_uploads"
+    __table_args__ = (UniqueConstraint("repository_id", "idempotency_key"),
+                      Index("ix_queued_uploads_state", "state"))
+    id: Mapped[int] = mapped_column(primary_key=True)
+    repository_id: Mapped[int] = mapped_column(ForeignKey("repositories.id", ondelete="CASCADE"))
+    ci_token_id: Mapped[int | None] = mapped_column(ForeignKey("ci_tokens.id", ondelete="SET NULL"))
+    idempotency_key: Mapped[str | None] = mapped_column(String(255))
+    request_sha256: Mapped[str] = mapped_column(String(64))
+    sha: Mapped[str] = mapped_column(String(40))
+    suite: Mapped[str] = mapped_column(String(128))
+    platform: Mapped[str] = mapped_column(String(64))
+    document: Mapped[str] = mapped_column(Text)  # the validated results document, as its run will store it
+    provider: Mapped[str | None] = mapped_column(String(64))
+    run_url: Mapped[str | None] = mapped_column(String(1000))
+    adapter: Mapped[str | None] = mapped_column(String(64))
+    state: Mapped[str] = mapped_column(String(16), default="pending")  # pending, stored, failed
+    run_id: Mapped[int | None] = mapped_column(ForeignKey("runs.id", ondelete="SET NULL"))
+    created: Mapped[bool] = mapped_column(Boolean, default=True)  # False: stored by an earlier upload
+    error_status: Mapped[int | None] = mapped_column(Integer)
+    error: Mapped[dict[str, Any] | None] = mapped_column(JSON)  # {error, detail, field, ...} as a request's answer
+    created_at: Mapped[datetime] = mapped_column(default=utcnow)
+    finished_at: Mapped[datetime | None]
 
 
 # --- notifications and artifacts (issue 28) ---

@@ -21,6 +21,7 @@ from sqlalchemy.orm import Session
 from app.core.clock import utcnow
 from app.core.db import get_or_create
 from app.core.models import Branch, BranchCommit, Commit, CommitParent, PullRequest, Repository
+from app.core.series_epoch import bump_series_epoch
 from app.git.mirror import CommitInfo, Mirror
 
 CHUNK = 500
@@ -111,7 +112,8 @@ def set_history(session: Session, repository: Repository, branch: Branch, chain:
     """Make `chain` (a first-parent chain, newest first, `chain[0]` at depth `head_depth`) the
     branch's active history at those positions: rows at or above the chain's lowest position
     that are not in the chain become inactive; chain commits become active at their position.
-    The commits must already be stored (`record_commits`)."""
+    The commits must already be stored (`record_commits`). A change bumps the repository's
+    `series_epoch` (app.core.series_epoch)."""
     result = BranchUpdate(branch=branch)
     if not chain:
         return result
@@ -142,6 +144,10 @@ def set_history(session: Session, repository: Repository, branch: Branch, chain:
     branch.updated_at = utcnow()
     result.head, result.head_position = head, head_depth
     session.flush()
+    if result.added or result.dropped:
+        # Series order changed under the same runs (a measured commit joined or left the
+        # history): cached series of the repository are stale.
+        bump_series_epoch(session, [repository.id])
     return result
 
 

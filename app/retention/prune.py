@@ -10,7 +10,9 @@ Pruning a measurement keeps its summary columns (count, median, min, max) and re
 `samples` with `[median]`, so every reader — pages, the series API, the detector, which all take
 a point's level as the median of its samples — keeps working unchanged; `samples_pruned_at`
 marks the row. Each batch is its own short transaction that touches only the rows it updates
-(by primary key), so neither runners storing results nor pages wait on a prune.
+(by primary key), so neither runners storing results nor pages wait on a prune, and bumps the
+`series_epoch` of the repositories it touched (the series API's cache must not serve the
+samples it dropped).
 """
 from __future__ import annotations
 
@@ -25,7 +27,8 @@ from app.core.clock import utcnow
 from app.core.config import RETENTION_KINDS, RetentionRule, Settings, current_settings
 from app.core.db import Database
 from app.core.duties import Duty
-from app.core.models import Branch, BranchCommit, Job, JobReason, Measurement, PullRequest, Repository, Run
+from app.core.models import Branch, BranchCommit, Commit, Job, JobReason, Measurement, PullRequest, Repository, Run
+from app.core.series_epoch import bump_series_epoch
 from app.jobs.measurements import sample_summary
 
 log = logging.getLogger(__name__)
@@ -138,13 +141,14 @@ def _prune_batch(db: Database, rule: RetentionRule, batch_size: int, now: dateti
     435 a second). Returns (pruned, samples dropped, last id) or None when none is left."""
     with db.session() as session:
         window = _candidates(rule, now).where(Measurement.id > after_id).order_by(Measurement.id).limit(batch_size)
-        rows = session.execute(select(Measurement.id, Measurement.samples)
+        rows = session.execute(select(Measurement.id, Measurement.samples, Commit.repository_id)
+                               .join(Run, Run.id == Measurement.run_id).join(Commit, Commit.id == Run.commit_id)
                                .where(Measurement.id.in_(window.scalar_subquery())).order_by(Measurement.id)).all()
         if not rows:
             return None
         stamp = utcnow()
         params = []
-        for measurement_id, samples in rows:
+        for measurement_id, samples, _ in rows:
             summary = sample_summary(samples)
             params.append({"mid": measurement_id, "samples": [summary["sample_median"]], "samples_pruned_at": stamp,
                            **summary})
@@ -152,7 +156,10 @@ def _prune_batch(db: Database, rule: RetentionRule, batch_size: int, now: dateti
         # One executemany; a row another pruner got to first is skipped by its own condition.
         session.execute(update(table).where(table.c.id == bindparam("mid"), table.c.samples_pruned_at.is_(None))
                         .values({name: bindparam(name) for name in params[0] if name != "mid"}), params)
-        return len(rows), sum(len(samples) - 1 for _, samples in rows), rows[-1][0]
+        # The series API's cached answers hold these samples (app/web/series_cache.py); last,
+        # since the bump holds the repository row until this short transaction commits.
+        bump_series_epoch(session, (repository_id for _, _, repository_id in rows))
+        return len(rows), sum(len(samples) - 1 for _, samples, _ in rows), rows[-1][0]
 
 
 def run_duty(db: Database) -> dict[str, Any]:

@@ -59,12 +59,13 @@ def look_up(mirror: Mirror, place: Place, sha: str) -> tuple[CommitInfo, int | N
     return info, depth
 
 
-def record(session: Session, repository: Repository, info: CommitInfo, depth: int | None) -> Commit:
+def record(session: Session, repository: Repository, info: CommitInfo, depth: int | None) -> tuple[Commit, bool]:
     """Store the commit (and its place in the default branch's history when it has one there
-    and no other commit holds that position)."""
+    and no other commit holds that position). Returns the commit and whether this call placed
+    it in the branch's history (the caller then bumps the repository's series epoch)."""
     commit = commit_graph.record_commits(session, repository, [info])[info.sha]
     if depth is None:
-        return commit
+        return commit, False
     branch = commit_graph.get_branch(session, repository, repository.default_branch)
     taken = session.scalar(select(BranchCommit.commit_id).where(
         BranchCommit.branch_id == branch.id, BranchCommit.position == depth, BranchCommit.active.is_(True)).limit(1))
@@ -73,6 +74,7 @@ def record(session: Session, repository: Repository, info: CommitInfo, depth: in
         try:
             with session.begin_nested():
                 session.add(BranchCommit(branch_id=branch.id, commit_id=commit.id, position=depth, active=True))
+            return commit, True
         except IntegrityError:
             pass  # a concurrent upload of the same commit placed it
-    return commit
+    return commit, False

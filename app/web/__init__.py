@@ -29,6 +29,7 @@ from app.web.operator_api import bp as operator_bp
 from app.web.pulls_api import bp as pulls_bp
 from app.web.runner_api import bp as runner_bp
 from app.web.series_api import bp as series_bp
+from app.web.series_cache import SeriesCache
 from app.web.session import close_request_session, mark_written
 from app.web.uploads_api import bp as uploads_bp
 from app.web.webhooks import bp as webhooks_bp
@@ -75,6 +76,7 @@ def create_app(config: Settings | dict[str, Any] | None = None, *, check_schema:
     with database.session() as session:
         sync_catalogue(session, settings)
     flask_app.extensions["parallax.catalogue_check"] = CatalogueCheck(settings)
+    flask_app.extensions["parallax.series_cache"] = SeriesCache()  # per process: app/web/series_cache.py
 
     routing.register(flask_app)
     errors.register(flask_app)

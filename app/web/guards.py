@@ -22,9 +22,9 @@ SECURITY_HEADERS = {
     "Referrer-Policy": "no-referrer",
     "Cross-Origin-Opener-Policy": "same-origin",
 }
-# Open whatever the reading policy: probes, the API description, runners and GitHub (which
-# authenticate themselves), and the stylesheet.
-PUBLIC_PATHS = ("/healthz", "/api/v1/openapi.json", "/webhooks/", "/static/")
+# Open whatever the reading policy: probes, the API description, runners, GitHub and the poll of
+# a queued upload (which authenticate themselves: the CI token polls), and the stylesheet.
+PUBLIC_PATHS = ("/healthz", "/api/v1/openapi.json", "/webhooks/", "/static/", "/api/v1/uploads/")
 
 
 def check_url() -> None:

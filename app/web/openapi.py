@@ -30,7 +30,10 @@ SUMMARIES: dict[str | tuple[str, str], str] = {
     "/api/v1/registration-tokens/{token_id}/revoke": "Revoke a registration token (admin token)",
     "/api/v1/runners/{runner_id}/disable": "Disable a runner (admin token)",
     "/api/v1/users/{name}/disable": "Disable a user (admin token)",
-    "/api/v1/runs": "Upload results measured by an existing CI job (CI token); 201 stored, 200 a retry (Idempotency-Key)",
+    "/api/v1/runs": "Upload results measured by an existing CI job (CI token); 201 stored, 200 a retry (Idempotency-Key), "
+                    "202 a commit the service has not seen: queued for git, poll the Location (GET /api/v1/uploads/{id})",
+    "/api/v1/uploads/{upload_id}": "A queued upload (CI token of its repository, or a user token): state pending, "
+                                   "stored {run_id, job_id, created} or failed {status, error}",
     "/api/v1/ci-tokens": "Create a CI upload token {repository, platform?, note?, expires_in_days?} (admin token)",
     "/api/v1/ci-tokens/{token_id}/revoke": "Revoke a CI upload token (admin token)",
     "/api/v1/pulls/{owner}/{repo}/{number}": "A pull request's verdict: head against merge-base per platform, scopes",

@@ -1,6 +1,8 @@
 """Read API for series and alerts, and alert triage (DESIGN.md paths).
 
-GET /api/v1/series?repository=&suite=&metric=&platform=&branch=   points + change points
+GET /api/v1/series?repository=&suite=&metric=&platform=&branch=   points + change points (answers kept in
+                                                                   memory until the data changes:
+                                                                   app/web/series_cache.py)
 GET /api/v1/alerts?state=&platform=&repository=                    alert groups with their changes
 GET /api/v1/alerts/<id>                                            one alert with its `explanation`
 PATCH /api/v1/alerts/<id> {state, note}                            admin token
@@ -10,8 +12,9 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from flask import Blueprint, jsonify, request
+from flask import Blueprint, current_app, jsonify, request
 from sqlalchemy import func, select
+from sqlalchemy.orm import Session
 
 from app.core import limits
 from app.core.clock import utcnow
@@ -25,6 +28,7 @@ from app.detection.service import config_for, json_safe
 from app.explain.service import explain_alert
 from app.web.auth import require_maintainer
 from app.web.bodies import json_body, settings
+from app.web.series_cache import SeriesCache, SeriesRequest, read_stamp
 from app.web.session import request_session
 
 bp = Blueprint("series_api", __name__)
@@ -107,21 +111,37 @@ def get_series():  # type: ignore[no-untyped-def]
     # `last=N`: only the newest N commits of the branch (a years-long history is 50,000 points).
     last = request.args.get("last", "").strip()
     window = limits.integer(int(last) if last.isdigit() and len(last) < 10 else last, "last", minimum=1) if last else None
+    # The stamp before any data (app/web/series_cache.py): the epoch came with the repository row.
+    cache: SeriesCache = current_app.extensions["parallax.series_cache"]
+    key = SeriesRequest(repository.id, repository.name, branch, suite, metric, platform, wanted, window)
+    stamp = read_stamp(session, repository.series_epoch, platform)
+    body = cache.get(key, stamp)
+    if body is None:
+        response = jsonify(_series_answer(session, repository, key))
+        cache.put(key, stamp, response.get_data())
+        return response
+    return current_app.response_class(body, mimetype=current_app.json.mimetype)  # type: ignore[attr-defined]
+
+
+def _series_answer(session: Session, repository: Repository, key: SeriesRequest) -> dict[str, Any]:
+    """Every series of the request, one per context fingerprint, read and analysed."""
+    branch, suite, metric, platform = key.branch, key.suite, key.metric, key.platform
     # The newest context of each fingerprint: one row per fingerprint, not every run's document.
     newest = (select(func.max(Run.id)).join(Commit, Commit.id == Run.commit_id)
               .where(Commit.repository_id == repository.id, Run.platform == platform)
               .group_by(Run.context_fingerprint))
     contexts: dict[str, dict[str, Any]] = dict(
         session.execute(select(Run.context_fingerprint, Run.context).where(Run.id.in_(newest))).all())
-    if wanted is not None:
-        contexts = {k: v for k, v in contexts.items() if k == wanted}
+    if key.context_fingerprint is not None:
+        contexts = {k: v for k, v in contexts.items() if k == key.context_fingerprint}
     result = []
     for fingerprint, context in sorted(contexts.items()):
-        series = load_series(session, SeriesKey(repository.id, branch, suite, metric, platform, fingerprint), last=window)
+        series = load_series(session, SeriesKey(repository.id, branch, suite, metric, platform, fingerprint),
+                             last=key.last)
         if series.points:
             result.append(series_json(series, context))
-    return jsonify({"repository": repository.name, "branch": branch, "suite": suite, "metric": metric,
-                    "platform": platform, "series": result})
+    return {"repository": repository.name, "branch": branch, "suite": suite, "metric": metric,
+            "platform": platform, "series": result}
 
 
 @bp.get("/api/v1/alerts")

@@ -1,15 +1,24 @@
 """Fixtures for uploads: the catalogue's repository backed by a real git repository (so unseen
-commits are fetched into a real mirror), CI tokens, and a helper that posts an upload."""
+commits are fetched into a real mirror, by the `uploads` duty running in a thread), CI tokens,
+and helpers that post an upload and follow a 202 to its outcome."""
 from __future__ import annotations
 
+import json
+import threading
+from dataclasses import dataclass
 from datetime import timedelta
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable, Iterator
 
 import pytest
+import requests
 
 from app.core.config import RepositorySpec, parse_catalogue
+from app.core.duties import start as start_duties
+from app.core.models import WorkerLease
+from app.uploads import queued
 from tests.support.github import Upstream
+from tests.support.runner_harness import wait_for
 from tests.support.settings import SUITES, make_settings
 
 REPOSITORY = "demo/engine"
@@ -52,3 +61,75 @@ def upload_body(sha: str, document: dict[str, Any], *, platform: str = "cpu", su
 
 def bearer(token: str, **headers: str) -> dict[str, str]:
     return {"Authorization": f"Bearer {token}", **headers}
+
+
+@pytest.fixture(autouse=True)
+def uploads_duty(request: pytest.FixtureRequest) -> Iterator[None]:
+    """The `uploads` duty in a background thread, as `parallax serve` runs it, for every test
+    with an app: uploads of commits the service has not seen finish there (202, then poll)."""
+    if "app" not in request.fixturenames:
+        yield
+        return
+    app = request.getfixturevalue("app")
+    stop = threading.Event()
+    db = app.extensions["parallax.db"]
+    thread = start_duties(db, queued.DUTIES, app.extensions["parallax.settings"], stop, tick_s=0.05)
+
+    def leased() -> bool:  # its lease row exists before the test counts rows
+        with db.session() as session:
+            return session.get(WorkerLease, "uploads") is not None
+    wait_for(leased, 60, "the uploads duty's first tick")
+    yield
+    stop.set()
+    thread.join(60)
+
+
+@dataclass
+class Outcome:
+    """An upload's answer as a client ends up with it: `first` is the POST's status (202 when the
+    commit was queued for git), `status` the outcome's (201 stored, 200 a retry that stored
+    nothing new, else the refusal), `body` the stored upload or the error."""
+    first: int
+    status: int
+    body: dict[str, Any]
+
+    @property
+    def status_code(self) -> int:
+        return self.status
+
+    def json(self) -> dict[str, Any]:
+        return self.body
+
+    @property
+    def text(self) -> str:
+        return json.dumps(self.body)
+
+
+POLL_DEADLINE_S = 120.0
+
+
+def settle(status: int, body: dict[str, Any], get: Callable[[str], dict[str, Any]]) -> Outcome:
+    """Follow a 202 to its end through `GET /api/v1/uploads/<id>` (`get` fetches a path's JSON)."""
+    if status != 202:
+        return Outcome(status, status, body)
+    assert body["state"] == "pending" and body["poll_url"] == f"/api/v1/uploads/{body['upload_id']}", body
+    final = wait_for(lambda: (reply := get(body["poll_url"]))["state"] != "pending" and reply, POLL_DEADLINE_S,
+                     f"queued upload {body['upload_id']} to be finished by the uploads duty", interval_s=0.05)
+    if final["state"] == "stored":
+        return Outcome(202, 201 if final["created"] and not body["retry"] else 200, final)
+    assert final["state"] == "failed", final
+    return Outcome(202, final["status"], final["error"])
+
+
+def post_upload(server: Any, token: str, body: Any, **headers: str) -> Outcome:
+    """POST /api/v1/runs over HTTP, and its outcome (polled when queued)."""
+    reply = requests.post(f"{server.url}/api/v1/runs", json=body, headers=bearer(token, **headers), timeout=60)
+    return settle(reply.status_code, reply.json(), lambda path: requests.get(f"{server.url}{path}",
+                                                                             headers=bearer(token), timeout=60).json())
+
+
+def post_upload_client(client: Any, token: str, body: Any, **headers: str) -> Outcome:
+    """The same through Flask's test client."""
+    reply = client.post("/api/v1/runs", json=body, headers=bearer(token, **headers))
+    return settle(reply.status_code, reply.get_json(),
+                  lambda path: client.get(path, headers=bearer(token)).get_json())

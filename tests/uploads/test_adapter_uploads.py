@@ -9,14 +9,13 @@ from pathlib import Path
 from typing import Callable
 
 import pytest
-import requests
 from sqlalchemy import select
 
 from app.core.models import ItemResult, Run
 from runners.adapters import registry
 from tests.adapters import tool_output
 from tests.support.github import count_rows
-from tests.uploads.conftest import bearer, upload_body
+from tests.uploads.conftest import Outcome, post_upload, upload_body
 
 
 def one_batch(out: Path) -> list[Path]:
@@ -59,8 +58,9 @@ def test_every_adapter_has_a_sample_here():
     assert set(SAMPLES) == set(registry.ADAPTERS)
 
 
-def post(server, token: str, body: dict) -> requests.Response:  # type: ignore[no-untyped-def]
-    return requests.post(f"{server.url}/api/v1/runs", json=body, headers=bearer(token), timeout=60)
+def post(server, token: str, body: dict) -> Outcome:  # type: ignore[no-untyped-def]
+    """The upload's outcome (an unseen commit is answered 202 and polled)."""
+    return post_upload(server, token, body)
 
 
 @pytest.mark.parametrize("adapter", sorted(SAMPLES))

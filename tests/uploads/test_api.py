@@ -4,21 +4,26 @@ whole when anything is wrong."""
 from __future__ import annotations
 
 import json
+import threading
 from datetime import timedelta
+from typing import Any
 
 import requests
 from sqlalchemy import select
 
 from app.core.config import use_settings
-from app.core.models import CiUpload, CommitStatusUpdate, DetectionState, Job, JobReason, JobState, Run
+from app.core.models import CiUpload, CommitStatusUpdate, DetectionState, Job, JobReason, JobState, Repository, Run
 from app.jobs.queue import deliver_stored_runs
 from tests.support.github import Upstream, count_rows
+from tests.support.runner_harness import wait_for
 from tests.support.service_api import document, queue_jobs, register
-from tests.uploads.conftest import bearer, ci_token, upload_body
+from tests.support.settings import ADMIN_TOKEN
+from tests.uploads.conftest import Outcome, bearer, ci_token, post_upload, upload_body
 
 
-def post(server, token: str, body: dict, **headers: str) -> requests.Response:  # type: ignore[no-untyped-def]
-    return requests.post(f"{server.url}/api/v1/runs", json=body, headers=bearer(token, **headers), timeout=60)
+def post(server, token: str, body: dict, **headers: str) -> Outcome:  # type: ignore[no-untyped-def]
+    """The upload's outcome: a commit the service has not seen is answered 202 and polled."""
+    return post_upload(server, token, body, **headers)
 
 
 def test_a_results_document_is_stored_as_a_run_of_its_series(live_server, db, token, upstream: Upstream):
@@ -26,7 +31,7 @@ def test_a_results_document_is_stored_as_a_run_of_its_series(live_server, db, to
     reply = post(live_server, token, upload_body(sha, document(), environment={"driver": "570.1"},
                                                  ci={"provider": "github-actions",
                                                      "run_url": "https://github.com/demo/engine/actions/runs/7"}))
-    assert reply.status_code == 201, reply.text
+    assert (reply.first, reply.status_code) == (202, 201), reply.text   # an unseen commit: git in the duty
     body = reply.json()
     with db.session() as session:
         run = session.get(Run, body["run_id"])
@@ -72,7 +77,7 @@ def test_an_upload_completes_a_queued_job_of_its_cell(live_server, app, db, toke
     (job,) = queue_jobs(app.test_client(), upstream.head(), platform="rocm", suite="decode-throughput")
     reply = post(live_server, token, upload_body(upstream.head(), document(), platform="rocm",
                                                  environment={"platform": "rocm"}))
-    assert reply.status_code == 201, reply.text
+    assert (reply.first, reply.status_code) == (201, 201), reply.text  # a commit queued for: no git, stored at once
     assert reply.json()["job_id"] == job["id"]
     with db.session() as session:
         stored = session.get(Job, job["id"])
@@ -89,6 +94,9 @@ def test_an_unseen_commit_on_the_default_branch_is_fetched_and_placed_in_its_his
         row = session.scalar(select(BranchCommit).join(Branch, Branch.id == BranchCommit.branch_id)
                              .where(Branch.name == "main", BranchCommit.commit_id == commit.id))
         assert row is not None and row.active and row.position == 5  # the sixth commit of main
+        # A commit placed in the history changes the series under the same runs: the series
+        # API's cached answers of the repository are stale (app/web/series_cache.py).
+        assert session.get(Repository, commit.repository_id).series_epoch == 1
 
 
 def test_a_commit_off_the_default_branch_is_stored_without_a_place_in_its_history(live_server, db, token, upstream):
@@ -100,6 +108,7 @@ def test_a_commit_off_the_default_branch_is_stored_without_a_place_in_its_histor
     with db.session() as session:
         commit = session.scalar(select(Commit).where(Commit.sha == side))
         assert session.scalar(select(BranchCommit).where(BranchCommit.commit_id == commit.id)) is None
+        assert session.get(Repository, commit.repository_id).series_epoch == 0
 
 
 def test_a_retried_upload_with_the_same_idempotency_key_stores_once(live_server, db, token, upstream):
@@ -212,12 +221,11 @@ def test_a_ci_token_cannot_read_pages_that_need_a_token(app, db, token, upstream
 
 
 def test_an_unseen_commit_of_a_repository_that_cannot_be_fetched_is_a_503(live_server, db, token, upstream, tmp_path):
-    from app.core.models import Repository
     with db.session() as session:
         session.scalar(select(Repository).where(Repository.name == "demo/engine")).url = str(tmp_path / "gone")
     reply = post(live_server, token, upload_body(upstream.head(), document()))
-    assert reply.status_code == 503 and reply.json()["error"] == "git_unavailable"
-    assert count_rows(db)["runs"] == 0
+    assert reply.first == 202 and reply.status_code == 503 and reply.json()["error"] == "git_unavailable"
+    assert count_rows(db)["runs"] == 0 and count_rows(db)["commits"] == 0
 
 
 def test_an_upload_leaves_a_job_a_runner_is_running_to_that_runner(live_server, app, db, token, upstream):
@@ -239,3 +247,102 @@ def test_the_commit_api_says_which_runs_were_uploaded_and_from_where(live_server
     commit = requests.get(f"{live_server.url}/api/v1/commits/{upstream.head()}", timeout=60).json()
     (run,) = commit["runs"]
     assert run["id"] == run_id and run["upload"] == {"provider": "buildkite", "run_url": run_url, "adapter": None}
+
+
+# ---------------------------------------------------------------- no git in the request (issue 30)
+
+def test_an_unseen_commit_is_answered_202_with_a_poll_url_that_says_when_it_is_stored(live_server, app, db, token,
+                                                                                        upstream):
+    reply = requests.post(f"{live_server.url}/api/v1/runs", json=upload_body(upstream.head(), document()),
+                          headers=bearer(token), timeout=60)
+    assert reply.status_code == 202, reply.text
+    queued = reply.json()
+    assert reply.headers["Location"] == queued["poll_url"] == f"/api/v1/uploads/{queued['upload_id']}"
+    assert (queued["state"], queued["sha"], queued["retry"]) == ("pending", upstream.head(), False)
+    final = wait_for(lambda: (body := requests.get(f"{live_server.url}{queued['poll_url']}", headers=bearer(token),
+                                                   timeout=60).json())["state"] != "pending" and body, 120,
+                     "the queued upload to be stored")
+    assert final["state"] == "stored" and final["created"] is True
+    outcome = post_upload(live_server, token, upload_body(upstream.head(), document()))  # no key: a second upload
+    assert outcome.first == 201, "the duty recorded the commit, so another upload of it is stored at once"
+    assert final["run_id"] != outcome.json()["run_id"]
+    with db.session() as session:
+        assert session.get(Run, final["run_id"]).job_id == final["job_id"]
+    # The poll answers the CI token of the repository and users; not other repositories' tokens.
+    poll = f"{live_server.url}{queued['poll_url']}"
+    assert requests.get(poll, headers=bearer(ADMIN_TOKEN), timeout=60).json()["run_id"] == final["run_id"]
+    assert requests.get(poll, headers=bearer(ci_token(app, "other/repo")), timeout=60).status_code == 404
+    assert requests.get(poll, timeout=60).status_code == 401
+    assert requests.get(f"{live_server.url}/api/v1/uploads/999999", headers=bearer(token), timeout=60).status_code == 404
+
+
+def test_a_sha_the_repository_does_not_have_fails_in_the_poll_and_stores_nothing(live_server, db, token, upstream):
+    missing = "0123456789abcdef0123456789abcdef01234567"
+    reply = post(live_server, token, upload_body(missing, document()), **{"Idempotency-Key": "gone"})
+    assert (reply.first, reply.status_code) == (202, 422) and reply.json()["field"] == "sha", reply.json()
+    assert "is not in repository 'demo/engine'" in reply.json()["detail"]
+    rows = count_rows(db)
+    assert rows["runs"] == rows["jobs"] == rows["commits"] == rows["ci_uploads"] == 0 and rows["queued_uploads"] == 1
+
+
+def test_a_failed_upload_retried_with_its_key_is_queued_again(live_server, db, token, upstream, tmp_path):
+    with db.session() as session:
+        session.scalar(select(Repository).where(Repository.name == "demo/engine")).url = str(tmp_path / "gone")
+    body = upload_body(upstream.head(), document())
+    first = post(live_server, token, body, **{"Idempotency-Key": "flaky"})
+    assert (first.first, first.status_code) == (202, 503)
+    with db.session() as session:
+        session.scalar(select(Repository).where(Repository.name == "demo/engine")).url = str(upstream.path)
+    again = post(live_server, token, body, **{"Idempotency-Key": "flaky"})
+    assert (again.first, again.status_code) == (202, 201) and again.json()["upload_id"] == first.json().get(
+        "upload_id", again.json()["upload_id"])
+    third = post(live_server, token, body, **{"Idempotency-Key": "flaky"})
+    assert (third.first, third.status_code) == (200, 200) and third.json()["run_id"] == again.json()["run_id"]
+    assert count_rows(db)["runs"] == 1 and count_rows(db)["queued_uploads"] == 1
+
+
+def test_the_upload_route_answers_while_a_mirror_fetch_is_held(live_server, app, db, token, upstream, monkeypatch):
+    """The duty's git fetch of an unseen commit can take minutes: uploads (queued or stored),
+    the poll and the pages answer while it is held, and the upload is stored once released."""
+    from app.git.mirror import Mirror
+    fetching, release = threading.Event(), threading.Event()
+    real_fetch = Mirror.fetch
+
+    def held_fetch(self: Mirror, extra: Any = ()) -> None:
+        fetching.set()
+        assert release.wait(600), "the test never released the fetch"
+        real_fetch(self, extra)
+
+    monkeypatch.setattr(Mirror, "fetch", held_fetch)
+    try:
+        first = requests.post(f"{live_server.url}/api/v1/runs", json=upload_body(upstream.head(), document()),
+                              headers=bearer(token), timeout=60)
+        assert first.status_code == 202, first.text
+        assert fetching.wait(120), "the uploads duty never started its fetch"
+        # While git is held: another upload of another unseen commit is queued, a commit the
+        # service knows is stored at once, and the poll, the series API and pages answer.
+        older = upstream("rev-list", "--reverse", "HEAD").split()[0]
+        second = requests.post(f"{live_server.url}/api/v1/runs", json=upload_body(older, document()),
+                               headers=bearer(token), timeout=60)
+        assert second.status_code == 202 and second.json()["state"] == "pending", second.text
+        queue_jobs(app.test_client(), upstream.head(), platform="rocm", suite="decode-throughput")
+        known = requests.post(f"{live_server.url}/api/v1/runs", headers=bearer(token), timeout=60,
+                              json=upload_body(upstream.head(), document(environment={"platform": "rocm"}),
+                                               platform="rocm"))
+        assert known.status_code == 201, known.text
+        for path in (first.json()["poll_url"], "/", f"/commits/{upstream.head()}",
+                     "/api/v1/series?repository=demo/engine&suite=decode-throughput&metric=output_throughput"
+                     "&platform=rocm"):
+            got = requests.get(f"{live_server.url}{path}", headers=bearer(token), timeout=60)
+            assert got.status_code == 200, (path, got.status_code, got.text[:300])
+        assert requests.get(f"{live_server.url}{first.json()['poll_url']}", headers=bearer(token),
+                            timeout=60).json()["state"] == "pending"
+        assert not release.is_set()
+    finally:
+        release.set()
+    for queued in (first.json(), second.json()):
+        final = wait_for(lambda: (body := requests.get(f"{live_server.url}{queued['poll_url']}", headers=bearer(token),
+                                                       timeout=60).json())["state"] != "pending" and body, 120,
+                         "the held upload to be stored")
+        assert final["state"] == "stored", final
+    assert count_rows(db)["runs"] == 3

@@ -1,5 +1,6 @@
 """Refused uploads: each answer names the problem (and the known values where a name is
-unknown), and nothing at all is stored."""
+unknown), and nothing at all is stored (a refusal found by git, in the `uploads` duty, is kept
+only as the queued upload's own `failed` row, which the poll reads)."""
 from __future__ import annotations
 
 import json
@@ -10,7 +11,7 @@ import requests
 
 from tests.support.github import count_rows
 from tests.support.service_api import document
-from tests.uploads.conftest import bearer, upload_body
+from tests.uploads.conftest import bearer, settle, upload_body
 
 
 @pytest.fixture
@@ -21,9 +22,14 @@ def refused(live_server, db, token):  # type: ignore[no-untyped-def]
         data = body if isinstance(body, bytes) else None
         reply = requests.post(f"{live_server.url}/api/v1/runs", json=None if data else body, data=data,
                               headers=bearer(token, **headers), timeout=60)
-        assert reply.status_code == status, reply.text
-        assert count_rows(db) == before
-        return reply.json()
+        outcome = settle(reply.status_code, reply.json(), lambda path: requests.get(
+            f"{live_server.url}{path}", headers=bearer(token), timeout=60).json())
+        assert outcome.status == status, outcome.text
+        after = count_rows(db)
+        if outcome.first == 202:  # queued for git: the queued upload's row keeps the refusal, nothing else
+            assert after.pop("queued_uploads") == before.pop("queued_uploads") + 1
+        assert after == before
+        return outcome.body
     return send
 
 

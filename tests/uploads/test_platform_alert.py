@@ -1,6 +1,6 @@
 """Uploads alone drive detection: thirty commits of main measured on CUDA and ROCm by CI jobs
-and uploaded (never seen by the service before, so each is fetched and placed in main's
-history), with ROCm decode throughput dropping 20 % from one commit on, raise an alert on ROCm
+and uploaded (never seen by the service before, so each is queued, fetched by the `uploads` duty
+and placed in main's history), with ROCm decode throughput dropping 20 % from one commit on, raise an alert on ROCm
 only, classified platform-specific, with the culprit among its suspects."""
 from __future__ import annotations
 
@@ -9,7 +9,6 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-import requests
 from sqlalchemy import select
 
 from app.core.config import use_settings
@@ -18,7 +17,7 @@ from app.detection.service import scan_dirty
 from app.jobs.queue import deliver_stored_runs
 from tests.support.github import Upstream
 from tests.support.service_api import document
-from tests.uploads.conftest import bearer, upload_body
+from tests.uploads.conftest import post_upload, upload_body
 
 COMMITS = 30
 DROP_AT = 15
@@ -47,8 +46,8 @@ def test_a_rocm_only_drop_uploaded_over_thirty_commits_raises_a_rocm_alert(live_
     bodies = [upload_body(sha, results(platform, i, rng), platform=platform)
               for i, sha in enumerate(shas) for platform in ("cuda", "rocm")]
 
-    def send(body: dict) -> int:
-        return requests.post(f"{live_server.url}/api/v1/runs", json=body, headers=bearer(token), timeout=120).status_code
+    def send(body: dict) -> int:  # the outcome, polled when the commit was queued for git
+        return post_upload(live_server, token, body).status_code
 
     with ThreadPoolExecutor(4) as pool:  # CI jobs upload when they finish, not in commit order
         assert list(pool.map(send, reversed(bodies))) == [201] * len(bodies)

@@ -53,6 +53,8 @@ def test_upload_reads_repository_sha_and_run_from_the_github_environment(live_se
     result = upload(live_server, token, "--platform", "cpu", "--suite", "decode-throughput",
                     str(write(tmp_path / "results.json", document())), env=env)
     assert result.exit_code == 0, result.output
+    # An unseen commit: the service answered 202 and the command waited for the uploads duty.
+    assert "queued: upload 1 waits for the service to read" in result.stderr and "stored: run" in result.stderr
     assert json.loads(result.stdout.strip().splitlines()[-1])["created"] is True
     again = upload(live_server, token, "--platform", "cpu", "--suite", "decode-throughput",
                    str(write(tmp_path / "results.json", document())), env=env)
@@ -82,6 +84,16 @@ def test_upload_exits_non_zero_with_the_services_reason(live_server, app, upstre
                     "--suite", "decode-throughput", str(write(tmp_path / "results.json", document())))
     assert result.exit_code == 1
     assert "HTTP 403" in result.stderr and "may upload only for platform 'rocm'" in result.stderr
+
+
+def test_upload_of_a_sha_the_repository_lacks_waits_for_the_refusal_and_exits_non_zero(live_server, db, token,
+                                                                                       upstream, tmp_path):
+    result = upload(live_server, token, "--repository", REPOSITORY, "--sha", "e" * 40, "--platform", "cpu",
+                    "--suite", "decode-throughput", str(write(tmp_path / "results.json", document())))
+    assert result.exit_code == 1 and "queued: upload" in result.stderr
+    assert "HTTP 422" in result.stderr and "is not in repository 'demo/engine'" in result.stderr
+    with db.session() as session:
+        assert session.scalar(select(Run)) is None
 
 
 @pytest.fixture
