@@ -99,8 +99,8 @@ class FutureMap:
     A speculative verify step also leaves its draft state here: each request's last produced token
     (the bonus token, in ``buf``) and its new KV length (``seq_lens_buf``, upstream's
     ``new_seq_lens_buf``), then records ``publish_ready``. The next verify step is prepared before
-    the host knows either: ``lens_pending`` holds a request's slot and an upper bound on the length,
-    and the schedule stream resolves the ``-slot`` length placeholders only after waiting on
+    the host knows either: ``lens_pending`` holds a request's slot and how far the step may move its
+    length (the next step's upper bound), and the schedule stream resolves the ``-slot`` length placeholders only after waiting on
     ``publish_ready`` (``resolve_lens``).
     """
 
@@ -576,9 +576,12 @@ class OverlapLoop:
     As upstream's ``event_loop_overlap``, launched batches wait in ``result_queue`` (a deque of
     ``InFlight``) and ``is_disable_overlap_for_batch`` decides when a batch must not overlap the one
     before it: consecutive extend batches with ``sched.overlap_consecutive_prefill`` off, and a batch
-    that needs its predecessor's tokens on the host first (grammar: ``ScheduleBatch.needs_host_tokens``).
-    Scheduling may retract running requests while the previous batch is in flight (as upstream
-    SGLang does): that batch's result for a retracted request is stale and skipped.
+    that needs its predecessor's tokens on the host first (grammar: ``ScheduleBatch.needs_host_tokens``;
+    an n-gram verify step, whose drafts come from the host's tokens; a non-speculative batch after a
+    verify step, which needs that step's KV lengths on the host). A self-draft verify step overlaps the
+    batch before it, verify steps included (``OverlapPipeline.launch_verify``). Scheduling may retract
+    running requests while the previous batch is in flight (as upstream SGLang does): that batch's
+    result for a retracted request is stale and skipped.
     """
 
     def __init__(self, sched: Scheduler, on_finish: Callable[[Req], None] | None = None, prefix: str = "") -> None:

@@ -6,21 +6,26 @@ Drafts (``Draft``):
   tokens (``ngram_max`` down to 1 tokens) that occurred earlier in the request; the tokens that
   followed that earlier occurrence are the draft. Free to compute, on the host.
 - ``SelfDraft``: the target model's own first ``draft_layers`` layers (then its final norm and head)
-  propose tokens one at a time (self-speculation, as LayerSkip's early exit). Their KV for those
-  layers is the target's own, so the draft writes into the target's cache slots and the verify
-  forward overwrites them with identical values.
+  propose ``num_draft_tokens`` tokens one at a time (self-speculation, as LayerSkip's early exit),
+  chained on the device: no draft token reaches the host. Their KV for those layers is the target's
+  own, so the draft writes into the target's cache slots and the verify forward overwrites them.
 
-Verification (``prepare_verify`` + ``accept``): every request of a decode batch feeds its last token
-and its draft (``1 + len(draft)`` tokens at positions ``kv_len ..``) through one extend forward with
-logits at every position; draft token ``j`` is accepted while it equals the target's greedy token
-at the position before it, and the target's token after the last accepted one comes free (the bonus
-token). So greedy output equals the target model's, token for token (up to the batch-invariance
-near-ties of docs/engine.md, which equal-shape loops never meet). The device computes the accepted
-lengths and the new sequence lengths; the host learns them from the device (upstream spec v2's
-seq_lens resolution, see ``OverlapPipeline``), frees the KV slots of rejected draft tokens
-(``commit``) and appends the accepted tokens.
+Verification (``verify``): every request of a decode batch feeds its last token and its ``K`` drafts
+(``K + 1`` tokens at positions ``kv_len ..``) through one forward with logits at every position;
+draft token ``j`` is accepted while it equals the target's greedy token at the position before it,
+and the target's token after the last accepted one comes free (the bonus token). So greedy output
+equals the target model's, token for token (up to the batch-invariance near-ties of docs/engine.md,
+which equal-shape loops never meet). The device computes the accepted counts and the new sequence
+lengths; nothing in a step needs them on the host, so the overlap loop launches the next verify step
+before this one's result is read (see ``OverlapPipeline.launch_verify``).
 
-Only greedy requests without a grammar speculate; a batch with any other request decodes normally.
+KV slots belong to positions: ``reserve`` gives a request slots for every position up to an upper
+bound on its KV length plus ``K + 1`` (``Req.kv_allocated``), the forward gathers them by position,
+and a rejected draft's slot is rewritten by whichever token later takes that position. The excess
+goes back when the request decodes normally, is retracted or finishes (``batch.trim_reserved``).
+
+Only greedy requests without a grammar speculate; a batch with any other request, or without room
+for the reservation (``has_room``), decodes normally.
 """
 from __future__ import annotations
 
