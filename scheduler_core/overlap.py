@@ -30,7 +30,7 @@ from scheduler_core.platform import ActivePolicy, Platform, detect_platform, res
 from scheduler_core.pools import Pools
 from scheduler_core.records import BatchResult, StepRecord
 from scheduler_core.sampling import sample
-from scheduler_core.spec import Draft, NgramDraft, reserve, reserve_span, spec_result, verify
+from scheduler_core.spec import Draft, NgramDraft, draft_steps, reserve, reserve_span, spec_result, verify
 
 # Launched batches kept alive by the record buffer: N+1 is launched before N is processed, so two.
 RECORD_SLOTS = 2
@@ -373,6 +373,7 @@ class OverlapPipeline:
             lens.append(length)
             bounds.append(bound)
         reserve(reqs, sched.pools, bounds, span)  # writes the request table (schedule stream)
+        steps = draft_steps(reqs, draft.config)
         torch_device = device.torch_device
         slots_host = [futures.slot_of(r.req_pool_idx) for r in reqs]
         rows = torch.tensor([r.req_pool_idx for r in reqs], device=torch_device)
@@ -410,12 +411,13 @@ class OverlapPipeline:
         with device.stream(fwd):
             last_dev = futures.resolve(last_dev)
             # The forward's last read of the request table: every slot this step can touch, by position.
-            kv_table = sched.pools.req_to_token.table[rows, : max(bounds) + span]
+            kv_table = sched.pools.req_to_token.table[rows, : max(bounds) + steps + 1]
             shared_read_done = None
             if self.policy.war_barrier and self.policy.war_barrier_read_gated:
                 shared_read_done = fwd.record_event()
                 device.declare_reads_done(shared_read_done, self._shared_buffers())
-            out = verify(sched.loaded, sched.pools.kv_cache, draft, kv_table, last_dev, lens_dev, drafts, draft_lens)
+            out = verify(sched.loaded, sched.pools.kv_cache, draft, kv_table, last_dev, lens_dev, steps, drafts,
+                         draft_lens)
             futures.stash(slots, out.bonus)
             futures.stash_lens(slots, out.new_seq_lens)
             results = torch.cat((out.tokens, out.accepted[:, None]), 1)
@@ -425,7 +427,7 @@ class OverlapPipeline:
             device.name_buffer(new_seq_lens, "spec.new_seq_lens")
             publish_ready = fwd.record_event()
         futures.publish(reqs, slots_host, launch_no)
-        futures.publish_lens(reqs, slots_host, launch_no, span)
+        futures.publish_lens(reqs, slots_host, launch_no, steps + 1)
         futures.publish_ready = publish_ready
         seq_lens_host = prepare_done = None
         if self.policy.hip_publish_sync:
@@ -447,7 +449,7 @@ class OverlapPipeline:
         tokens_host, margins_host, copy_done = self._copy_result(results, out.margins)
         self._war_barrier(shared_read_done)
         seconds = time.perf_counter() - start
-        step = StepRecord("decode", len(reqs), len(reqs) * span, seconds, 0, False, started)
+        step = StepRecord("decode", len(reqs), len(reqs) * (steps + 1), seconds, 0, False, started)
         return InFlight(snapshot, list(range(len(reqs))), launch_no, [r.retractions for r in reqs], tokens_host,
                         margins_host, copy_done, [], seq_lens_host, prepare_done, seconds,
                         [results, out.margins, new_seq_lens], spec=True, publish_ready=publish_ready), step

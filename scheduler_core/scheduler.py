@@ -30,6 +30,7 @@ from scheduler_core.spec import (
     SpecConfig,
     SpecStats,
     can_speculate,
+    draft_steps,
     has_room,
     make_draft,
     reserve,
@@ -265,16 +266,17 @@ class Scheduler:
         reqs, pools, span = batch.reqs, self.pools, reserve_span(self.draft.config)
         lens = [r.kv_len for r in reqs]
         reserve(reqs, pools, lens, span)
+        steps = draft_steps(reqs, self.draft.config)
         rows = torch.tensor([r.req_pool_idx for r in reqs], device=self.device)
-        kv_table = pools.req_to_token.table[rows, : max(lens) + span]
+        kv_table = pools.req_to_token.table[rows, : max(lens) + steps + 1]
         drafts = draft_lens = None
         if isinstance(self.draft, NgramDraft):
             drafts, draft_lens = (t.to(self.device) for t in self.draft.propose(reqs))
         out = verify(self.loaded, pools.kv_cache, self.draft, kv_table,
                      torch.tensor([r.output_ids[-1] for r in reqs], device=self.device),
-                     torch.tensor(lens, device=self.device), drafts, draft_lens)
+                     torch.tensor(lens, device=self.device), steps, drafts, draft_lens)
         seconds = time.perf_counter() - start
-        self.steps.append(StepRecord("decode", len(reqs), len(reqs) * span, seconds, 0, False, started))
+        self.steps.append(StepRecord("decode", len(reqs), len(reqs) * (steps + 1), seconds, 0, False, started))
         return spec_result(out.tokens.tolist(), out.margins.tolist(), out.accepted.tolist(), out.new_seq_lens.tolist(),
                            seconds)
 

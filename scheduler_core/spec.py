@@ -110,8 +110,8 @@ class SelfDraft:
     kv_cache: KVCache
     on_device: bool = True
 
-    def propose(self, last: torch.Tensor, seq_lens: torch.Tensor, kv_table: torch.Tensor) -> torch.Tensor:
-        """``num_draft_tokens`` draft tokens per request [B, K], chained on the device: step ``s`` feeds
+    def propose(self, last: torch.Tensor, seq_lens: torch.Tensor, kv_table: torch.Tensor, steps: int) -> torch.Tensor:
+        """``steps`` draft tokens per request [B, steps], chained on the device: step ``s`` feeds
         the previous pick at position ``seq_len + s`` and writes its (draft layers') KV into the slot the
         verify forward writes there next; no token leaves the device between steps."""
         batch = last.numel()
@@ -120,7 +120,7 @@ class SelfDraft:
         every = torch.arange(batch, device=device)
         picks: list[torch.Tensor] = []
         token = last
-        for step in range(self.config.num_draft_tokens):
+        for step in range(steps):
             positions = seq_lens + step
             mask = (arange[None, :] <= positions[:, None])[:, None, None, :]
             group = AttnGroup(kv_indices=kv_table, attn_mask=mask, pad_index=every, max_q=1)
@@ -129,7 +129,7 @@ class SelfDraft:
                                    logits_index=every, groups=[group])
             token = self.loaded.model(forward, self.kv_cache, num_layers=self.config.draft_layers).argmax(-1)
             picks.append(token)
-        return torch.stack(picks, 1)
+        return torch.stack(picks, 1) if picks else last.new_empty((batch, 0))
 
 
 def make_draft(config: SpecConfig, loaded: LoadedModel, kv_cache: KVCache) -> Draft:
@@ -148,6 +148,13 @@ def can_speculate(batch: ScheduleBatch) -> bool:
 def reserve_span(config: SpecConfig) -> int:
     """Positions one verify step writes per request: its last token and ``num_draft_tokens`` drafts."""
     return config.num_draft_tokens + 1
+
+
+def draft_steps(reqs: list[Req], config: SpecConfig) -> int:
+    """Draft tokens per request this step: ``num_draft_tokens``, fewer when no request of the batch
+    can use them (each needs at most its remaining new tokens minus the bonus one). The host's output
+    may lag one step behind the device's, which only over-counts what remains: never too few."""
+    return max(min(config.num_draft_tokens, max(r.remaining_new_tokens() for r in reqs) - 1), 0)
 
 
 def has_room(reqs: list[Req], pools: Pools, config: SpecConfig, max_context: int) -> bool:
@@ -189,16 +196,19 @@ class Verified:
 
 
 def verify(loaded: LoadedModel, kv_cache: KVCache, draft: Draft, kv_table: torch.Tensor, last: torch.Tensor,
-           seq_lens: torch.Tensor, drafts: torch.Tensor | None = None,
+           seq_lens: torch.Tensor, steps: int, drafts: torch.Tensor | None = None,
            draft_lens: torch.Tensor | None = None) -> Verified:
     """Draft (on the device for a ``SelfDraft``; ``drafts``/``draft_lens`` given for the n-gram draft),
     verify and accept, with no host read: ``kv_table`` [B, max_kv] holds each request's KV slots by
-    position (``max_kv`` an upper bound on ``seq_lens + K + 1``), ``last`` [B] each request's last
-    token and ``seq_lens`` [B] its KV length before the step."""
-    span = reserve_span(draft.config)
+    position (``max_kv`` an upper bound on ``seq_lens + steps + 1``), ``last`` [B] each request's last
+    token, ``seq_lens`` [B] its KV length before the step and ``steps`` the draft tokens per request
+    (``draft_steps``)."""
+    span = steps + 1
     if drafts is None:
         assert isinstance(draft, SelfDraft)
-        drafts = draft.propose(last, seq_lens, kv_table)
+        drafts = draft.propose(last, seq_lens, kv_table, steps)
+    else:
+        drafts = drafts[:, :steps]
     batch = last.numel()
     device = last.device
     positions = seq_lens[:, None] + torch.arange(span, device=device)[None, :]  # [B, K+1]
