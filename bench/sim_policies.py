@@ -8,6 +8,10 @@ read-gated and forced coarse, each switch alone, and the overlap loop off. Noise
 is exact and reproducible.
 
     .venv/bin/python bench/sim_policies.py [--profiles cuda-h100 rocm-mi300x] [--output-len 32] [--model NAME]
+        [--rows speculative ...]
+
+``--rows`` keeps only the rows whose label contains one of the words (the vendor default always
+stays: it is what "vs default" compares with).
 """
 from __future__ import annotations
 
@@ -61,6 +65,8 @@ def main() -> None:
     parser.add_argument("--output-len", type=int, default=REFERENCE.output_len)
     parser.add_argument("--model", default=None,
                         help="another model (e.g. smollm2-135m, tiny-random-8l) instead of the reference one")
+    parser.add_argument("--rows", nargs="+", default=None, metavar="WORD",
+                        help="only rows whose label contains one of these words (and the default row)")
     args = parser.parse_args()
     torch.set_num_threads(1)
     try:
@@ -68,7 +74,8 @@ def main() -> None:
     except ModelLoadError as exc:
         parser.error(str(exc))
     workload = dataclasses.replace(REFERENCE, output_len=args.output_len)
-    plan = [(p, *row) for p in args.profiles for row in rows(load_profile(p).vendor)]
+    plan = [(p, *row) for p in args.profiles for row in rows(load_profile(p).vendor)
+            if args.rows is None or row[0].endswith("default") or any(word in row[0] for word in args.rows)]
     results = []
     backend = GrammarBackend(model.tokenizer, model.config.vocab_size)
     for profile, label, policy, overlap in tqdm(plan, desc="sim runs", file=sys.stderr):
@@ -100,6 +107,8 @@ def main() -> None:
     out_dir = REPO / "bench" / "results"
     out_dir.mkdir(parents=True, exist_ok=True)
     path = out_dir / ("sim_policies.json" if args.model is None else f"sim_policies-{model.config.name}.json")
+    if args.rows is not None:
+        path = path.with_name(path.stem + "-" + "-".join(args.rows) + ".json")
     path.write_text(json.dumps({"commit": current_commit(), "model": model.config.name,
                                 "workload": dataclasses.asdict(workload),
                                 "rows": results}, indent=1))

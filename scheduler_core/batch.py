@@ -36,6 +36,10 @@ class Req:
     # belong to the prefix cache (locked through last_node).
     req_pool_idx: int | None = None
     kv_len: int = 0
+    # Speculative decoding reserves KV slots ahead of ``kv_len`` (positions own their slots: a rejected
+    # draft's slot is reused by whatever token later takes its position); the row's slots then run to
+    # here. Only meaningful when greater than ``kv_len``; ``trim_reserved`` gives the excess back.
+    kv_allocated: int = 0
     tree_len: int = 0
     last_node: TreeNode | None = None
     extend_len: int = 0  # new tokens in the current extend step
@@ -113,6 +117,7 @@ def release(req: Req, pools: Pools, cache: bool) -> None:
     cache (duplicates of already-cached tokens are freed); otherwise all its own slots are freed."""
     if req.req_pool_idx is None:
         return
+    trim_reserved(req, pools)
     slots = pools.req_to_token.req_to_token[req.req_pool_idx, : req.kv_len].clone()
     if cache and not pools.tree.disabled:
         cached = pools.tree.insert(req.fill_ids[: req.kv_len], slots)
@@ -123,6 +128,14 @@ def release(req: Req, pools: Pools, cache: bool) -> None:
         pools.tree.dec_lock_ref(req.last_node)
     pools.req_to_token.free(req.req_pool_idx)
     req.req_pool_idx, req.kv_len, req.tree_len, req.last_node = None, 0, 0, None
+
+
+def trim_reserved(req: Req, pools: Pools) -> None:
+    """Free the slots a speculative step reserved beyond the request's KV length (no step that could
+    still write them may be in flight: a non-speculative batch never overlaps a verify step)."""
+    if req.req_pool_idx is not None and req.kv_allocated > req.kv_len:
+        pools.allocator.free(pools.req_to_token.req_to_token[req.req_pool_idx, req.kv_len: req.kv_allocated].clone())
+    req.kv_allocated = 0
 
 
 @dataclass
@@ -139,6 +152,8 @@ class ScheduleBatch:
 
     def prepare_for_extend(self, pools: Pools, device: torch.device) -> ForwardBatch:
         self.mode = "extend"
+        for r in self.reqs:
+            trim_reserved(r, pools)
         table = pools.req_to_token.req_to_token
         out_loc = pools.alloc_tokens(sum(r.extend_len for r in self.reqs))
         input_ids: list[int] = []
@@ -164,6 +179,8 @@ class ScheduleBatch:
         cascade_min > 0: when all requests share at least that many leading KV slots, attend to
         them once for the whole batch (see Attention._cascade_decode)."""
         self.mode = "decode"
+        for r in self.reqs:
+            trim_reserved(r, pools)
         pool = pools.req_to_token
         out_loc = pools.alloc_tokens(len(self.reqs))
         rows = torch.tensor([r.req_pool_idx for r in self.reqs])

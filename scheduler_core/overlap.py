@@ -30,7 +30,7 @@ from scheduler_core.platform import ActivePolicy, Platform, detect_platform, res
 from scheduler_core.pools import Pools
 from scheduler_core.records import BatchResult, StepRecord
 from scheduler_core.sampling import sample
-from scheduler_core.spec import Draft, VerifyPlan, accept, prepare_verify, spec_result
+from scheduler_core.spec import Draft, NgramDraft, draft_steps, reserve, reserve_span, spec_result, verify
 
 # Launched batches kept alive by the record buffer: N+1 is launched before N is processed, so two.
 RECORD_SLOTS = 2
@@ -95,6 +95,13 @@ class FutureMap:
     request's placeholder into the next batch's input ids while the token is unread. ``pending``
     maps a request to (its slot, the launch that stashed its newest token), so processing batch N
     drops the entry only if no later launch has stashed a newer token for that request.
+
+    A speculative verify step also leaves its draft state here: each request's last produced token
+    (the bonus token, in ``buf``) and its new KV length (``seq_lens_buf``, upstream's
+    ``new_seq_lens_buf``), then records ``publish_ready``. The next verify step is prepared before
+    the host knows either: ``lens_pending`` holds a request's slot and how far the step may move its
+    length (the next step's upper bound), and the schedule stream resolves the ``-slot`` length placeholders only after waiting on
+    ``publish_ready`` (``resolve_lens``).
     """
 
     def __init__(self, device: Device, rows: int) -> None:
@@ -103,8 +110,14 @@ class FutureMap:
         self.buf = torch.zeros(rows + 1, dtype=torch.int64, device=device.torch_device)
         device.mark_device(self.buf)
         device.name_buffer(self.buf, "future_map")
+        self.seq_lens_buf = torch.zeros(rows + 1, dtype=torch.int64, device=device.torch_device)
+        device.mark_device(self.seq_lens_buf)
+        device.name_buffer(self.seq_lens_buf, "future_map.new_seq_lens")
         # id(req) -> (slot, launch number, the request's retraction count at that launch)
         self.pending: dict[int, tuple[int, int, int]] = {}
+        # id(req) -> (slot, launch number, retraction count, positions the step may add to the KV length)
+        self.lens_pending: dict[int, tuple[int, int, int, int]] = {}
+        self.publish_ready: Event | None = None  # recorded after the latest verify step's publish
 
     @staticmethod
     def slot_of(pool_row: int) -> int:
@@ -118,24 +131,47 @@ class FutureMap:
             return None
         return -entry[0]
 
+    def length(self, req: Req) -> tuple[int, int]:
+        """The request's KV length for the next step as the host writes it (``-slot`` while a verify
+        step's length is only on the device) and an upper bound on its value. With one batch in flight
+        the host's ``kv_len`` is where that step started, so the bound is that plus the step's span."""
+        entry = self.lens_pending.get(id(req))
+        if entry is None or entry[2] != req.retractions:
+            return req.kv_len, req.kv_len
+        return -entry[0], req.kv_len + entry[3]
+
     def stash(self, slots: torch.Tensor, tokens: torch.Tensor) -> None:
         """Queued on the current (forward) stream."""
         self.buf[slots] = tokens
+
+    def stash_lens(self, slots: torch.Tensor, seq_lens: torch.Tensor) -> None:
+        """A verify step's new KV lengths, queued on the current (forward) stream."""
+        self.seq_lens_buf[slots] = seq_lens
 
     def resolve(self, input_ids: torch.Tensor) -> torch.Tensor:
         """Input ids with every ``-slot`` placeholder replaced by the token stored there (on the device)."""
         return torch.where(input_ids < 0, self.buf[(-input_ids).clamp(min=0)], input_ids)
 
+    def resolve_lens(self, lens: torch.Tensor) -> torch.Tensor:
+        """KV lengths with every ``-slot`` placeholder replaced by the published length (on the current
+        stream, which must have waited for ``publish_ready``)."""
+        return torch.where(lens < 0, self.seq_lens_buf[(-lens).clamp(min=0)], lens)
+
     def publish(self, reqs: list[Req], slots: list[int], launch: int) -> None:
         for req, slot in zip(reqs, slots):
             self.pending[id(req)] = (slot, launch, req.retractions)
 
+    def publish_lens(self, reqs: list[Req], slots: list[int], launch: int, span: int) -> None:
+        for req, slot in zip(reqs, slots):
+            self.lens_pending[id(req)] = (slot, launch, req.retractions, span)
+
     def retire(self, reqs: list[Req], launch: int) -> None:
-        """The host has read launch ``launch``'s tokens for ``reqs``."""
+        """The host has read launch ``launch``'s tokens (and lengths) for ``reqs``."""
         for req in reqs:
-            entry = self.pending.get(id(req))
-            if entry is not None and entry[1] == launch:
-                del self.pending[id(req)]
+            for table in (self.pending, self.lens_pending):
+                entry = table.get(id(req))
+                if entry is not None and entry[1] == launch:
+                    del table[id(req)]
 
 
 @dataclass
@@ -154,7 +190,8 @@ class InFlight:
     prepare_done: Event | None  # the forward-prepare D2H copy (policy.fwd_prepare_d2h)
     seconds: float
     keep_alive: list[torch.Tensor] = field(default_factory=list)
-    spec: VerifyPlan | None = None  # a speculative verify step (tokens_host: [B, K+1])
+    spec: bool = False  # a speculative verify step (tokens_host: [B, K+2], the accepted count last)
+    publish_ready: Event | None = None  # a verify step: recorded after its lengths were published
 
 
 class RelayError(RuntimeError):
@@ -305,51 +342,96 @@ class OverlapPipeline:
                         prepare_done, seconds, keep), step
 
     def launch_verify(self, batch: ScheduleBatch) -> tuple[InFlight, StepRecord]:
-        """A speculative step: draft, verify and accept on the forward stream.
+        """A speculative step, as upstream's spec v2 runs it under overlap: draft, verify and accept on
+        the forward stream, prepared before the host knows the previous verify step's outcome.
 
-        The accepted lengths are only on the device, so the new sequence lengths come back to the host
-        as upstream's spec v2 resolves them: on the forward-prepare D2H stream after the forward's
-        ``publish_ready`` event (CUDA), after the host synchronised on that event (HIP, #26672:
-        ``hip_publish_sync``), or with a blocking copy on the forward stream. Call inside
-        ``device.stream(self.schedule)`` with no batch in flight (the loop does not overlap a verify step).
+        Each request's last token and KV length come from where the previous step left them on the
+        device (the future map's ``-slot`` placeholders); the host reserves KV slots up to the length's
+        upper bound plus this step's span (``spec.reserve``), and the schedule stream resolves the
+        lengths only after waiting on the previous step's ``publish_ready`` (upstream's
+        ``resolve_seq_lens_cpu``; under ``hip_publish_sync`` the host synchronises on it instead,
+        #26672). The self-draft then runs on the device; the n-gram draft reads the host's tokens (the
+        loop does not overlap it). The step stashes its bonus tokens and new lengths for the next one
+        and records ``publish_ready``. The new lengths come back to the host on the forward-prepare D2H
+        stream after that event (CUDA), after the host synchronised on it in ``finish`` (HIP), or with
+        a copy on the forward stream. Call inside ``device.stream(self.schedule)``.
         """
-        sched, device = self.scheduler, self.device
-        assert sched.draft is not None
+        sched, device, futures = self.scheduler, self.device, self.futures
+        draft = sched.draft
+        assert draft is not None
         start = time.perf_counter()
         started = device.now()
-        fwd = self.forward
-        fwd.wait_stream(self.schedule)
-        with device.stream(fwd):  # a self-draft runs the model's first layers on the forward stream
-            drafts = sched.draft.propose(batch.reqs, sched.pools, device.torch_device,
-                                         lambda t: device.host_list(device.to_host_sync(t)))
-        forward_batch, plan = prepare_verify(batch, sched.pools, device.torch_device, drafts)
-        snapshot = ScheduleBatch(list(batch.reqs), mode="decode")
-        n_tokens = forward_batch.input_ids.numel()
-        fwd.wait_stream(self.schedule)
-        shared_tensors = forward_batch.tensors() + [plan.index, plan.draft_pad, plan.kv_before_dev]
-        names = _batch_tensor_names(forward_batch) + ["spec.index", "spec.draft_pad", "spec.kv_before"]
+        reqs = list(batch.reqs)
+        span = reserve_span(draft.config)
+        last: list[int] = []
+        lens: list[int] = []
+        bounds: list[int] = []
+        for req in reqs:
+            placeholder = futures.placeholder(req)
+            last.append(req.output_ids[-1] if placeholder is None else placeholder)
+            length, bound = futures.length(req)
+            lens.append(length)
+            bounds.append(bound)
+        reserve(reqs, sched.pools, bounds, span)  # writes the request table (schedule stream)
+        steps = draft_steps(reqs, draft.config)
+        torch_device = device.torch_device
+        slots_host = [futures.slot_of(r.req_pool_idx) for r in reqs]
+        rows = torch.tensor([r.req_pool_idx for r in reqs], device=torch_device)
+        slots = torch.tensor(slots_host, device=torch_device)
+        last_dev = torch.tensor(last, device=torch_device)
+        lens_dev = torch.tensor(lens, device=torch_device)
+        drafts = draft_lens = None
+        if isinstance(draft, NgramDraft):
+            drafts, draft_lens = (t.to(torch_device) for t in draft.propose(reqs))
+        shared_tensors = [rows, slots, last_dev, lens_dev]
+        names = ["spec.rows", "spec.slots", "spec.last_token", "spec.seq_lens"]
+        if drafts is not None and draft_lens is not None:
+            shared_tensors += [drafts, draft_lens]
+            names += ["spec.drafts", "spec.draft_lens"]
+        if any(length < 0 for length in lens):
+            # The draft state of the verify step still in flight: read only after its publish_ready.
+            event = futures.publish_ready
+            assert event is not None
+            if self.policy.hip_publish_sync:
+                event.synchronize()  # HIP: the host waits instead of the stream (#26672)
+            else:
+                self.schedule.wait_event(event)
+            lens_dev = futures.resolve_lens(lens_dev)
+            shared_tensors.append(lens_dev)
+            names.append("spec.seq_lens (resolved)")
         for t, name in zip(shared_tensors, names):
             device.mark_device(t)
             device.name_buffer(t, name)
         self._record_batch(shared_tensors)
         del shared_tensors
+        snapshot = ScheduleBatch(reqs, mode="decode")
+        launch_no = self._launches
+        fwd = self.forward
+        fwd.wait_stream(self.schedule)
         with device.stream(fwd):
-            forward_batch.materialize()
+            last_dev = futures.resolve(last_dev)
+            # The forward's last read of the request table: every slot this step can touch, by position.
+            kv_table = sched.pools.req_to_token.table[rows, : max(bounds) + steps + 1]
             shared_read_done = None
             if self.policy.war_barrier and self.policy.war_barrier_read_gated:
                 shared_read_done = fwd.record_event()
                 device.declare_reads_done(shared_read_done, self._shared_buffers())
-            logits = sched.loaded.model(forward_batch, sched.pools.kv_cache)
-            tokens, margins, _, new_seq_lens = accept(logits, plan)
-            device.name_buffer(tokens, "spec.tokens")
-            device.name_buffer(margins, "spec.margins")
+            out = verify(sched.loaded, sched.pools.kv_cache, draft, kv_table, last_dev, lens_dev, steps, drafts,
+                         draft_lens)
+            futures.stash(slots, out.bonus)
+            futures.stash_lens(slots, out.new_seq_lens)
+            results = torch.cat((out.tokens, out.accepted[:, None]), 1)
+            new_seq_lens = out.new_seq_lens
+            device.name_buffer(results, "spec.tokens")
+            device.name_buffer(out.margins, "spec.margins")
             device.name_buffer(new_seq_lens, "spec.new_seq_lens")
             publish_ready = fwd.record_event()
-        del forward_batch
+        futures.publish(reqs, slots_host, launch_no)
+        futures.publish_lens(reqs, slots_host, launch_no, steps + 1)
+        futures.publish_ready = publish_ready
+        seq_lens_host = prepare_done = None
         if self.policy.hip_publish_sync:
-            publish_ready.synchronize()  # HIP: the host waits, then copies (#26672)
-            seq_lens_host = device.to_host(new_seq_lens)
-            prepare_done = self.schedule.record_event()
+            pass  # ``finish`` synchronises the host on publish_ready, then copies the lengths (#26672)
         elif self.prepare_d2h is not None:
             pinned = self._pinned[self._launches % 2][: new_seq_lens.numel()]
             self.prepare_d2h.wait_event(publish_ready)
@@ -361,17 +443,16 @@ class OverlapPipeline:
             with device.stream(fwd):
                 seq_lens_host = device.to_host(new_seq_lens)
                 prepare_done = fwd.record_event()
-        device.name_buffer(seq_lens_host, "spec.new_seq_lens_host")
-        launch_no = self._launches
+        if seq_lens_host is not None:
+            device.name_buffer(seq_lens_host, "spec.new_seq_lens_host")
         self._launches += 1
-        tokens_host, margins_host, copy_done = self._copy_result(tokens, margins)
+        tokens_host, margins_host, copy_done = self._copy_result(results, out.margins)
         self._war_barrier(shared_read_done)
         seconds = time.perf_counter() - start
-        step = StepRecord("decode", len(batch.reqs), n_tokens, seconds, 0, False, started)
-        rows = list(range(len(batch.reqs)))
-        return InFlight(snapshot, rows, launch_no, [r.retractions for r in batch.reqs], tokens_host, margins_host,
-                        copy_done, [], seq_lens_host, prepare_done, seconds,
-                        [tokens, margins, new_seq_lens], spec=plan), step
+        step = StepRecord("decode", len(reqs), len(reqs) * (steps + 1), seconds, 0, False, started)
+        return InFlight(snapshot, list(range(len(reqs))), launch_no, [r.retractions for r in reqs], tokens_host,
+                        margins_host, copy_done, [], seq_lens_host, prepare_done, seconds,
+                        [results, out.margins, new_seq_lens], spec=True, publish_ready=publish_ready), step
 
     def _copy_result(self, tokens: torch.Tensor, margins: torch.Tensor,
                      grammar: bool = False) -> tuple[torch.Tensor, torch.Tensor, Event]:
@@ -404,16 +485,26 @@ class OverlapPipeline:
                 self.schedule.wait_stream(self.forward)
 
     def _finish_verify(self, inflight: InFlight) -> BatchResult:
-        assert inflight.copy_done is not None and inflight.prepare_done is not None and inflight.spec is not None
+        assert inflight.copy_done is not None and inflight.publish_ready is not None
+        device = self.device
+        if inflight.seq_lens_host is None:
+            publish_ready = inflight.publish_ready
+            publish_ready.synchronize()  # HIP: the host waits on publish_ready, then copies (#26672)
+            with device.stream(self.schedule):
+                inflight.seq_lens_host = device.to_host(inflight.keep_alive[2])
+                device.name_buffer(inflight.seq_lens_host, "spec.new_seq_lens_host")
+                inflight.prepare_done = self.schedule.record_event()
+        assert inflight.prepare_done is not None
         inflight.copy_done.synchronize()
         inflight.prepare_done.synchronize()
-        device = self.device
-        result = spec_result(inflight.spec, device.host_list(inflight.tokens_host), device.host_list(inflight.margins_host),
-                             device.host_list(inflight.seq_lens_host), inflight.seconds)
+        rows = device.host_list(inflight.tokens_host)
+        result = spec_result([row[:-1] for row in rows], device.host_list(inflight.margins_host),
+                             [row[-1] for row in rows], device.host_list(inflight.seq_lens_host), inflight.seconds)
         assert result.spec is not None
         for i, req in enumerate(inflight.batch.reqs):
             if req.retractions != inflight.retractions[i]:  # retracted while in flight: its result is stale
                 result.spec.tokens[i] = []
+        self.futures.retire(inflight.batch.reqs, inflight.launch)
         inflight.keep_alive.clear()
         return result
 
@@ -430,7 +521,7 @@ class OverlapPipeline:
     # -- finish -------------------------------------------------------------------------------
     def finish(self, inflight: InFlight) -> BatchResult:
         """Wait for the batch's result copy and return it; the batch's tensors are released."""
-        if inflight.spec is not None:
+        if inflight.spec:
             return self._finish_verify(inflight)
         n = len(inflight.batch.reqs)
         next_ids: list[int | None] = [None] * n
@@ -487,9 +578,12 @@ class OverlapLoop:
     As upstream's ``event_loop_overlap``, launched batches wait in ``result_queue`` (a deque of
     ``InFlight``) and ``is_disable_overlap_for_batch`` decides when a batch must not overlap the one
     before it: consecutive extend batches with ``sched.overlap_consecutive_prefill`` off, and a batch
-    that needs its predecessor's tokens on the host first (grammar: ``ScheduleBatch.needs_host_tokens``).
-    Scheduling may retract running requests while the previous batch is in flight (as upstream
-    SGLang does): that batch's result for a retracted request is stale and skipped.
+    that needs its predecessor's tokens on the host first (grammar: ``ScheduleBatch.needs_host_tokens``;
+    an n-gram verify step, whose drafts come from the host's tokens; a non-speculative batch after a
+    verify step, which needs that step's KV lengths on the host). A self-draft verify step overlaps the
+    batch before it, verify steps included (``OverlapPipeline.launch_verify``). Scheduling may retract
+    running requests while the previous batch is in flight (as upstream SGLang does): that batch's
+    result for a retracted request is stale and skipped.
     """
 
     def __init__(self, sched: Scheduler, on_finish: Callable[[Req], None] | None = None, prefix: str = "") -> None:
@@ -512,13 +606,17 @@ class OverlapLoop:
     def is_disable_overlap_for_batch(self, batch: ScheduleBatch | None) -> bool:
         if batch is None or not self.result_queue:
             return False
-        last = self.result_queue[-1].batch
+        last = self.result_queue[-1]
         consecutive_prefill = (not self.sched.overlap_consecutive_prefill and batch.mode == "extend"
-                               and last.mode == "extend")
-        # A verify step needs the host's tokens (drafts, KV lengths); the step after it needs the KV
-        # lengths the verify step resolves.
-        speculative = self.sched.speculating(batch) or self.result_queue[-1].spec is not None
-        return consecutive_prefill or batch.needs_host_tokens() or speculative
+                               and last.batch.mode == "extend")
+        # A verify step overlaps the batch before it when its draft runs on the device: the future map
+        # carries each request's last token and KV length from the step in flight. The n-gram draft
+        # reads the host's tokens, and any other batch after a verify step needs its lengths on the host.
+        speculating = self.sched.speculating(batch)
+        draft = self.sched.draft
+        host_draft = speculating and draft is not None and not draft.on_device
+        after_verify = last.spec and not speculating
+        return consecutive_prefill or batch.needs_host_tokens() or host_draft or after_verify
 
     def pop_and_process(self) -> bool:
         """Process the oldest launched batch; False when none was in flight."""
@@ -541,7 +639,7 @@ class OverlapLoop:
                 if batch.is_empty():
                     batch = None
             if batch is not None:
-                launch = self.pipe.launch_verify if sched.speculating(batch) else self.pipe.launch
+                launch = self.pipe.launch_verify if sched.speculating(batch) else self.pipe.launch  # after any processing
                 launched, record = launch(batch)
                 sched.steps.append(record)
                 self.result_queue.append(launched)

@@ -11,12 +11,10 @@ from dataclasses import dataclass
 @dataclass
 class SpecResult:
     """A speculative verify step, per request: the tokens it produced (accepted drafts and the bonus
-    token), its KV length before the step, how many positions the step wrote, and the new KV length
-    the device computed."""
+    token, at most ``num_draft_tokens + 1``), their margins, and the new KV length the device computed
+    (the request's KV length before the step plus one plus the accepted drafts)."""
     tokens: list[list[int]]
     margins: list[list[float]]
-    kv_before: list[int]
-    verified: list[int]
     new_kv_lens: list[int]
 
 

@@ -26,14 +26,17 @@ from scheduler_core.records import BatchResult, SpecResult, StepRecord
 from scheduler_core.sampling import sample
 from scheduler_core.spec import (
     Draft,
+    NgramDraft,
     SpecConfig,
     SpecStats,
-    accept,
     can_speculate,
-    commit,
+    draft_steps,
+    has_room,
     make_draft,
-    prepare_verify,
+    reserve,
+    reserve_span,
     spec_result,
+    verify,
 )
 
 # After a retraction, assume every running request still decodes this many steps (sglang's rule).
@@ -223,8 +226,10 @@ class Scheduler:
             self.new_token_ratio = min(1.0, (decoded + RETRACT_DECODE_STEPS * len(reqs)) / budget)
 
     def speculating(self, batch: ScheduleBatch | None) -> bool:
-        """True when ``batch`` runs as a speculative verify step."""
-        return self.draft is not None and batch is not None and can_speculate(batch)
+        """True when ``batch`` runs as a speculative verify step: greedy, unconstrained decode requests
+        with room for the step's KV reservation (``spec.has_room``); else it decodes normally."""
+        return (self.draft is not None and batch is not None and can_speculate(batch)
+                and has_room(batch.reqs, self.pools, self.draft.config, self.loaded.config.max_context))
 
     # -- running ------------------------------------------------------------------------------
     def run_batch(self, batch: ScheduleBatch) -> BatchResult:
@@ -258,14 +263,22 @@ class Scheduler:
         assert self.draft is not None
         start = time.perf_counter()
         started = self.streams.now() if self.streams is not None else start
-        drafts = self.draft.propose(batch.reqs, self.pools, self.device, lambda t: t.tolist())
-        forward_batch, plan = prepare_verify(batch, self.pools, self.device, drafts)
-        logits = self.loaded.model(forward_batch, self.pools.kv_cache)
-        tokens, margins, _, new_kv = accept(logits, plan)
+        reqs, pools, span = batch.reqs, self.pools, reserve_span(self.draft.config)
+        lens = [r.kv_len for r in reqs]
+        reserve(reqs, pools, lens, span)
+        steps = draft_steps(reqs, self.draft.config)
+        rows = torch.tensor([r.req_pool_idx for r in reqs], device=self.device)
+        kv_table = pools.req_to_token.table[rows, : max(lens) + steps + 1]
+        drafts = draft_lens = None
+        if isinstance(self.draft, NgramDraft):
+            drafts, draft_lens = (t.to(self.device) for t in self.draft.propose(reqs))
+        out = verify(self.loaded, pools.kv_cache, self.draft, kv_table,
+                     torch.tensor([r.output_ids[-1] for r in reqs], device=self.device),
+                     torch.tensor(lens, device=self.device), steps, drafts, draft_lens)
         seconds = time.perf_counter() - start
-        self.steps.append(StepRecord("decode", len(batch.reqs), forward_batch.input_ids.numel(), seconds, 0,
-                                     False, started))
-        return spec_result(plan, tokens.tolist(), margins.tolist(), new_kv.tolist(), seconds)
+        self.steps.append(StepRecord("decode", len(reqs), len(reqs) * (steps + 1), seconds, 0, False, started))
+        return spec_result(out.tokens.tolist(), out.margins.tolist(), out.accepted.tolist(), out.new_seq_lens.tolist(),
+                           seconds)
 
     def process_batch_result(self, batch: ScheduleBatch, result: BatchResult) -> None:
         now = self.streams.now() if self.streams is not None else time.perf_counter()  # virtual on the simulator
@@ -295,6 +308,8 @@ class Scheduler:
         self.running.filter_finished()
 
     def _process_spec_result(self, batch: ScheduleBatch, spec: SpecResult, now: float) -> None:
+        """Append each request's produced tokens (up to its finish) and set its KV length to the
+        device's; the slots reserved past it stay with their positions for the next verify step."""
         tokenizer, max_context = self.loaded.tokenizer, self.loaded.config.max_context
         for i, req in enumerate(batch.reqs):
             if req.finished or not spec.tokens[i]:  # finished earlier, or retracted while in flight
@@ -309,7 +324,7 @@ class Scheduler:
                 if req.finished:
                     break
             self.spec_stats.record(len(spec.tokens[i]) - 1, appended)
-            commit(req, spec.kv_before[i], spec.verified[i], min(spec.new_kv_lens[i], req.seq_len), self.pools)
+            req.kv_len = min(spec.new_kv_lens[i], req.seq_len)
             if req.finished:
                 release(req, self.pools, cache=True)
                 self._finished.append(req)

@@ -6,31 +6,36 @@ Drafts (``Draft``):
   tokens (``ngram_max`` down to 1 tokens) that occurred earlier in the request; the tokens that
   followed that earlier occurrence are the draft. Free to compute, on the host.
 - ``SelfDraft``: the target model's own first ``draft_layers`` layers (then its final norm and head)
-  propose tokens one at a time (self-speculation, as LayerSkip's early exit). Their KV for those
-  layers is the target's own, so the draft writes into the target's cache slots and the verify
-  forward overwrites them with identical values.
+  propose ``num_draft_tokens`` tokens one at a time (self-speculation, as LayerSkip's early exit),
+  chained on the device: no draft token reaches the host. Their KV for those layers is the target's
+  own, so the draft writes into the target's cache slots and the verify forward overwrites them.
 
-Verification (``prepare_verify`` + ``accept``): every request of a decode batch feeds its last token
-and its draft (``1 + len(draft)`` tokens at positions ``kv_len ..``) through one extend forward with
-logits at every position; draft token ``j`` is accepted while it equals the target's greedy token
-at the position before it, and the target's token after the last accepted one comes free (the bonus
-token). So greedy output equals the target model's, token for token (up to the batch-invariance
-near-ties of docs/engine.md, which equal-shape loops never meet). The device computes the accepted
-lengths and the new sequence lengths; the host learns them from the device (upstream spec v2's
-seq_lens resolution, see ``OverlapPipeline``), frees the KV slots of rejected draft tokens
-(``commit``) and appends the accepted tokens.
+Verification (``verify``): every request of a decode batch feeds its last token and its ``K`` drafts
+(``K + 1`` tokens at positions ``kv_len ..``) through one forward with logits at every position;
+draft token ``j`` is accepted while it equals the target's greedy token at the position before it,
+and the target's token after the last accepted one comes free (the bonus token). So greedy output
+equals the target model's, token for token (up to the batch-invariance near-ties of docs/engine.md,
+which equal-shape loops never meet). The device computes the accepted counts and the new sequence
+lengths; nothing in a step needs them on the host, so the overlap loop launches the next verify step
+before this one's result is read (see ``OverlapPipeline.launch_verify``).
 
-Only greedy requests without a grammar speculate; a batch with any other request decodes normally.
+KV slots belong to positions: ``reserve`` gives a request slots for every position up to an upper
+bound on its KV length plus ``K + 1`` (``Req.kv_allocated``), the forward gathers them by position,
+and a rejected draft's slot is rewritten by whichever token later takes that position. The excess
+goes back when the request decodes normally, is retracted or finishes (``batch.trim_reserved``).
+
+Only greedy requests without a grammar speculate; a batch with any other request, or without room
+for the reservation (``has_room``), decodes normally.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Callable, Protocol
+from typing import Protocol
 
 import torch
 
 from scheduler_core.batch import Req, ScheduleBatch
-from scheduler_core.model.llama import ForwardBatch, KVCache
+from scheduler_core.model.llama import AttnGroup, ForwardBatch, KVCache
 from scheduler_core.model.loader import LoadedModel
 from scheduler_core.pools import Pools
 from scheduler_core.records import BatchResult, SpecResult
@@ -58,22 +63,30 @@ class SpecConfig:
                              f"got {self.draft_layers}")
 
 
-HostRead = Callable[[torch.Tensor], list]
-
-
 class Draft(Protocol):
-    def propose(self, reqs: list[Req], pools: Pools, device: torch.device, read: HostRead) -> list[list[int]]:
-        """Up to ``num_draft_tokens`` draft tokens per request (possibly none); ``read`` brings a
-        device tensor to the host as a list (through the device facade in the overlap loop)."""
-        ...
+    config: SpecConfig
+    # True: the draft runs on the device from the device's last tokens and lengths, so a verify step
+    # can be launched before the previous one's result is on the host (overlapped); False: it needs
+    # the request's tokens on the host (the overlap loop waits for the previous step first).
+    on_device: bool
 
 
 @dataclass
 class NgramDraft:
     config: SpecConfig
+    on_device: bool = False
 
-    def propose(self, reqs: list[Req], pools: Pools, device: torch.device, read: HostRead) -> list[list[int]]:
-        return [self.lookup(r.fill_ids, r.remaining_new_tokens() - 1) for r in reqs]
+    def propose(self, reqs: list[Req]) -> tuple[torch.Tensor, torch.Tensor]:
+        """Host tensors: each request's draft [B, K] (padded with token 0) and its length [B]."""
+        k = self.config.num_draft_tokens
+        drafts = torch.zeros((len(reqs), k), dtype=torch.int64)
+        lens = torch.zeros(len(reqs), dtype=torch.int64)
+        for i, r in enumerate(reqs):
+            found = self.lookup(r.fill_ids, r.remaining_new_tokens() - 1)
+            if found:
+                drafts[i, : len(found)] = torch.tensor(found)
+                lens[i] = len(found)
+        return drafts, lens
 
     def lookup(self, tokens: list[int], room: int) -> list[int]:
         """The tokens that followed the latest earlier occurrence of the longest matching suffix."""
@@ -95,36 +108,28 @@ class SelfDraft:
     config: SpecConfig
     loaded: LoadedModel
     kv_cache: KVCache
+    on_device: bool = True
 
-    def propose(self, reqs: list[Req], pools: Pools, device: torch.device, read: HostRead) -> list[list[int]]:
-        k = [max(min(self.config.num_draft_tokens, r.remaining_new_tokens() - 1), 0) for r in reqs]
-        drafts: list[list[int]] = [[] for _ in reqs]
-        if not pools.can_alloc(sum(k)):
-            return drafts  # no room for draft KV: decode without a draft this step
-        table = pools.req_to_token.req_to_token
-        slots_of = [pools.alloc_tokens(n) for n in k]  # the verify forward reuses these slots
-        try:
-            last = [r.output_ids[-1] for r in reqs]
-            for step in range(max(k, default=0)):
-                active = [i for i, n in enumerate(k) if n > step]
-                if not active:
-                    break
-                prefix = [reqs[i].kv_len + step for i in active]
-                kv = []
-                for i, p in zip(active, prefix):
-                    own = slots_of[i][: step + 1]
-                    kv.append(torch.cat((table[reqs[i].req_pool_idx, : reqs[i].kv_len], own)))
-                batch = ForwardBatch.build([last[i] for i in active], prefix, [1] * len(active), kv,
-                                           torch.stack([slots_of[i][step] for i in active]), device)
-                logits = self.loaded.model(batch, self.kv_cache, num_layers=self.config.draft_layers)
-                picked = read(logits.argmax(-1))
-                for i, tok in zip(active, picked):
-                    drafts[i].append(tok)
-                    last[i] = tok
-        finally:
-            for slots in slots_of:
-                pools.allocator.free(slots)
-        return drafts
+    def propose(self, last: torch.Tensor, seq_lens: torch.Tensor, kv_table: torch.Tensor, steps: int) -> torch.Tensor:
+        """``steps`` draft tokens per request [B, steps], chained on the device: step ``s`` feeds
+        the previous pick at position ``seq_len + s`` and writes its (draft layers') KV into the slot the
+        verify forward writes there next; no token leaves the device between steps."""
+        batch = last.numel()
+        device = last.device
+        arange = torch.arange(kv_table.shape[1], device=device)
+        every = torch.arange(batch, device=device)
+        picks: list[torch.Tensor] = []
+        token = last
+        for step in range(steps):
+            positions = seq_lens + step
+            mask = (arange[None, :] <= positions[:, None])[:, None, None, :]
+            group = AttnGroup(kv_indices=kv_table, attn_mask=mask, pad_index=every, max_q=1)
+            forward = ForwardBatch(input_ids=token, positions=positions,
+                                   out_cache_loc=kv_table.gather(1, positions[:, None]).squeeze(1),
+                                   logits_index=every, groups=[group])
+            token = self.loaded.model(forward, self.kv_cache, num_layers=self.config.draft_layers).argmax(-1)
+            picks.append(token)
+        return torch.stack(picks, 1) if picks else last.new_empty((batch, 0))
 
 
 def make_draft(config: SpecConfig, loaded: LoadedModel, kv_cache: KVCache) -> Draft:
@@ -140,84 +145,95 @@ def can_speculate(batch: ScheduleBatch) -> bool:
         r.sampling.greedy and r.grammar is None for r in batch.reqs)
 
 
-@dataclass
-class VerifyPlan:
-    """Where each request's verify tokens sit in the flattened forward, and its drafts."""
-
-    drafts: list[list[int]]
-    kv_before: list[int]  # each request's KV length before the step
-    index: torch.Tensor  # [B, K+1] token row of each request's j-th verify position (-1: padding)
-    draft_pad: torch.Tensor  # [B, K] draft tokens, padded with -1 (never a token)
-    kv_before_dev: torch.Tensor  # [B] on the device
+def reserve_span(config: SpecConfig) -> int:
+    """Positions one verify step writes per request: its last token and ``num_draft_tokens`` drafts."""
+    return config.num_draft_tokens + 1
 
 
-def prepare_verify(batch: ScheduleBatch, pools: Pools, device: torch.device,
-                   drafts: list[list[int]]) -> tuple[ForwardBatch, VerifyPlan]:
-    """Write KV slots for each request's last token and drafts (schedule stream) and build the verify
-    forward: an extend batch with logits at every token."""
+def draft_steps(reqs: list[Req], config: SpecConfig) -> int:
+    """Draft tokens per request this step: ``num_draft_tokens``, fewer when no request of the batch
+    can use them (each needs at most its remaining new tokens minus the bonus one). The host's output
+    may lag one step behind the device's, which only over-counts what remains: never too few."""
+    return max(min(config.num_draft_tokens, max(r.remaining_new_tokens() for r in reqs) - 1), 0)
+
+
+def has_room(reqs: list[Req], pools: Pools, config: SpecConfig, max_context: int) -> bool:
+    """Room for a verify step that may follow one still in flight: every request's reservation can
+    reach two spans past its host KV length (the in-flight step's bound plus this one's), within the
+    model's context. Without room the batch decodes normally (one slot per request)."""
+    reach = 2 * reserve_span(config)
+    if any(r.kv_len + reach > max_context for r in reqs):
+        return False
+    return pools.can_alloc(sum(max(r.kv_len + reach - max(r.kv_len, r.kv_allocated), 0) for r in reqs))
+
+
+def reserve(reqs: list[Req], pools: Pools, bounds: list[int], span: int) -> None:
+    """Host side (schedule stream): give each request KV slots for every position below its bound
+    (the most its KV length can be when this step runs) plus ``span``, writing the new positions'
+    slots into the request table; a slot stays with its position until the request is trimmed or
+    released, whatever the acceptance."""
     pool = pools.req_to_token
-    # The decode reservation guarantees one slot per request; draft tokens get what else is free.
-    room = pools.allocator.available() + pools.tree.evictable_size - len(drafts)
-    drafts = [d[: max(min(len(d), room - sum(len(e) for e in drafts[:i])), 0)] for i, d in enumerate(drafts)]
-    lens = [1 + len(d) for d in drafts]
-    out_loc = pools.alloc_tokens(sum(lens))
-    input_ids: list[int] = []
-    kv_slots: list[torch.Tensor] = []
-    kv_before = [r.kv_len for r in batch.reqs]
+    wanted = [(r, max(r.kv_len, r.kv_allocated), bound + span) for r, bound in zip(reqs, bounds)]
+    total = sum(max(target - end, 0) for _, end, target in wanted)
+    slots = pools.alloc_tokens(total)
     offset = 0
-    for r, d, n in zip(batch.reqs, drafts, lens):
-        pool.write(r.req_pool_idx, r.kv_len, out_loc[offset: offset + n])
-        offset += n
-        input_ids += [r.output_ids[-1], *d]
-        kv_slots.append(pool.req_to_token[r.req_pool_idx, : r.kv_len + n])
-    forward = ForwardBatch.build(input_ids, kv_before, lens, kv_slots, out_loc, device, all_logits=True)
-    width = max(lens)
-    index = torch.full((len(lens), width), -1, dtype=torch.int64)
-    draft_pad = torch.full((len(lens), width - 1), -1, dtype=torch.int64)
-    start = 0
-    for i, (d, n) in enumerate(zip(drafts, lens)):
-        index[i, :n] = torch.arange(start, start + n)
-        if d:
-            draft_pad[i, : len(d)] = torch.tensor(d)
-        start += n
-    for r, n in zip(batch.reqs, lens):
-        r.kv_len += n
-    return forward, VerifyPlan(drafts, kv_before, index.to(device), draft_pad.to(device),
-                               torch.tensor(kv_before, device=device))
+    for r, end, target in wanted:
+        if target > end:
+            pool.write(r.req_pool_idx, end, slots[offset: offset + target - end])
+            offset += target - end
+            r.kv_allocated = target
 
 
-def accept(logits: torch.Tensor, plan: VerifyPlan) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
-    """On the device: the target's greedy token at every verify position [B, K+1] and its top-1/top-2
-    margin, the accepted draft count [B] and each request's new KV length [B] (its last token and
-    accepted drafts)."""
-    top = torch.topk(logits, 2, dim=-1)
-    index = plan.index.clamp(min=0)
-    tokens = torch.where(plan.index >= 0, top.indices[:, 0][index], -1)
-    margins = (top.values[:, 0] - top.values[:, 1])[index]
-    match = (tokens[:, :-1] == plan.draft_pad).to(torch.int64).cumprod(1)
-    accepted = match.sum(1)
-    return tokens, margins, accepted, plan.kv_before_dev + 1 + accepted
+@dataclass
+class Verified:
+    """A verify step's outcome, on the device."""
+
+    tokens: torch.Tensor  # [B, K+1] the target's greedy token at every verify position
+    margins: torch.Tensor  # [B, K+1] its top-1 minus top-2 logit
+    accepted: torch.Tensor  # [B] drafts accepted
+    new_seq_lens: torch.Tensor  # [B] KV length after the step: before + 1 + accepted
+    bonus: torch.Tensor  # [B] the last produced token (the next step's input)
 
 
-def commit(req: Req, kv_before: int, verified: int, new_kv_len: int, pools: Pools) -> None:
-    """Host side after the step: free the KV slots of rejected draft tokens (``verified`` positions
-    were written from ``kv_before``) and set the request's KV length to ``new_kv_len``."""
-    if req.req_pool_idx is None:  # released meanwhile (aborted)
-        return
-    row = pools.req_to_token.req_to_token[req.req_pool_idx]
-    rejected = row[new_kv_len: kv_before + verified].clone()
-    pools.allocator.free(rejected)
-    req.kv_len = new_kv_len
+def verify(loaded: LoadedModel, kv_cache: KVCache, draft: Draft, kv_table: torch.Tensor, last: torch.Tensor,
+           seq_lens: torch.Tensor, steps: int, drafts: torch.Tensor | None = None,
+           draft_lens: torch.Tensor | None = None) -> Verified:
+    """Draft (on the device for a ``SelfDraft``; ``drafts``/``draft_lens`` given for the n-gram draft),
+    verify and accept, with no host read: ``kv_table`` [B, max_kv] holds each request's KV slots by
+    position (``max_kv`` an upper bound on ``seq_lens + steps + 1``), ``last`` [B] each request's last
+    token, ``seq_lens`` [B] its KV length before the step and ``steps`` the draft tokens per request
+    (``draft_steps``)."""
+    span = steps + 1
+    if drafts is None:
+        assert isinstance(draft, SelfDraft)
+        drafts = draft.propose(last, seq_lens, kv_table, steps)
+    else:
+        drafts = drafts[:, :steps]
+    batch = last.numel()
+    device = last.device
+    positions = seq_lens[:, None] + torch.arange(span, device=device)[None, :]  # [B, K+1]
+    mask = torch.arange(kv_table.shape[1], device=device)[None, None, :] <= positions[:, :, None]
+    group = AttnGroup(kv_indices=kv_table, attn_mask=mask[:, None], max_q=span,
+                      pad_index=torch.arange(batch * span, device=device))
+    forward = ForwardBatch(input_ids=torch.cat((last[:, None], drafts), 1).reshape(-1),
+                           positions=positions.reshape(-1), out_cache_loc=kv_table.gather(1, positions).reshape(-1),
+                           logits_index=torch.arange(batch * span, device=device), groups=[group])
+    top = torch.topk(loaded.model(forward, kv_cache), 2, dim=-1)
+    tokens = top.indices[:, 0].view(batch, span)
+    margins = (top.values[:, 0] - top.values[:, 1]).view(batch, span)
+    match = tokens[:, :-1] == drafts
+    if draft_lens is not None:
+        match &= torch.arange(span - 1, device=device)[None, :] < draft_lens[:, None]
+    accepted = match.to(torch.int64).cumprod(1).sum(1)
+    return Verified(tokens, margins, accepted, seq_lens + 1 + accepted, tokens.gather(1, accepted[:, None]).squeeze(1))
 
 
-def spec_result(plan: VerifyPlan, tokens: list[list[int]], margins: list[list[float]], new_kv_lens: list[int],
+def spec_result(tokens: list[list[int]], margins: list[list[float]], accepted: list[int], new_kv_lens: list[int],
                 seconds: float) -> BatchResult:
-    """The host's view of a verify step: each request's tokens up to its new KV length."""
-    produced = [row[: new - before] for row, new, before in zip(tokens, new_kv_lens, plan.kv_before)]
-    gaps = [row[: new - before] for row, new, before in zip(margins, new_kv_lens, plan.kv_before)]
-    verified = [1 + len(d) for d in plan.drafts]
-    return BatchResult([p[0] for p in produced], [g[0] for g in gaps], seconds,
-                       SpecResult(produced, gaps, plan.kv_before, verified, new_kv_lens))
+    """The host's view of a verify step: each request's accepted drafts and bonus token."""
+    produced = [row[: n + 1] for row, n in zip(tokens, accepted)]
+    gaps = [row[: n + 1] for row, n in zip(margins, accepted)]
+    return BatchResult([p[0] for p in produced], [g[0] for g in gaps], seconds, SpecResult(produced, gaps, new_kv_lens))
 
 
 @dataclass

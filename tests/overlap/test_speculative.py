@@ -73,9 +73,10 @@ def test_a_bad_speculative_setting_is_refused_by_name(tiny_model, bad, message) 
         Engine(tiny_model, kv_tokens=256, speculative=bad)
 
 
-def run_spec(tiny_model, platform: str, environ: dict[str, str] | None = None) -> RecordingDevice:
+def run_spec(tiny_model, platform: str, environ: dict[str, str] | None = None,
+             spec: SpecConfig = NGRAM) -> RecordingDevice:
     rec = RecordingDevice(CpuDevice())
-    engine = Engine(tiny_model, overlap=True, kv_tokens=1024, speculative=NGRAM, streams=rec,
+    engine = Engine(tiny_model, overlap=True, kv_tokens=1024, speculative=spec, streams=rec,
                     sync_policy=resolve_policy(Platform(platform), environ or {}))
     engine.generate([[3, 4, 5, 3, 4, 5, 3, 4]] * 2, SamplingParams(max_new_tokens=8, ignore_eos=True))
     return rec
@@ -88,6 +89,17 @@ def test_cuda_resolves_the_new_sequence_lengths_on_the_prepare_stream_after_publ
     assert waits and copies
     recorded = {c.event for c in rec.calls_of("record_event") if c.stream == "forward"}
     assert {c.event for c in waits} <= recorded
+
+
+@pytest.mark.parametrize("spec, overlapped", [(SELF_DRAFT, True), (NGRAM, False)], ids=["self-draft", "ngram"])
+def test_a_self_draft_verify_step_is_prepared_while_the_previous_one_is_in_flight(tiny_model, spec, overlapped) -> None:
+    """The schedule stream waits on the in-flight step's publish_ready (the event the prepare stream
+    waits on before copying the lengths) only when it resolves that step's draft state for the next
+    step; the n-gram draft needs the host's tokens, so its steps never overlap."""
+    rec = run_spec(tiny_model, "cuda", spec=spec)
+    publish = {c.event for c in rec.calls_of("wait_event") if c.stream == "fwd_prepare_d2h"}
+    resolved = [c for c in rec.calls_of("wait_event") if c.stream == "schedule" and c.event in publish]
+    assert publish and bool(resolved) == overlapped
 
 
 def test_hip_synchronises_the_host_on_publish_ready_before_copying_the_lengths(tiny_model) -> None:

@@ -83,6 +83,25 @@ def test_the_draft_state_resolved_without_waiting_is_a_read_after_write(tiny, mo
     assert {(h.first_stream, h.second_stream) for h in hs} == {("forward", "fwd_prepare_d2h")}
 
 
+def no_wait_before_resolving_the_lengths(pipe: OverlapPipeline) -> None:
+    """The next verify step reads the draft state (the in-flight step's new KV lengths in the future
+    map) on the schedule stream without waiting on that step's publish_ready event."""
+    real = pipe.schedule.wait_event
+
+    def wait_event(event):
+        if event is not pipe.futures.publish_ready:
+            real(event)
+
+    pipe.schedule.wait_event = wait_event
+
+
+def test_the_next_step_resolving_the_draft_state_without_waiting_is_a_read_after_write(tiny, monkeypatch) -> None:
+    hs = [h for h in run(tiny, monkeypatch, CUDA, no_wait_before_resolving_the_lengths, spec=SELF_DRAFT)
+          if h.kind == "read-after-write"]
+    assert hs and {h.buffer for h in hs} == {"future_map.new_seq_lens"}
+    assert {(h.first_stream, h.second_stream) for h in hs} == {("forward", "schedule")}
+
+
 def grammar_copy_done_on_the_forward_stream(pipe: OverlapPipeline) -> None:
     """The grammar path's copy without its event: copy_done recorded on the forward stream, not after
     the copy on the copy stream."""
