@@ -1,9 +1,13 @@
-"""Engine (continuous batching) against transformers `generate` (static batches), same prompts, one run.
+"""Engine (continuous batching; normal and overlap loops) against transformers `generate` (static
+batches) and this machine's roofline, same prompts, one run.
 
 The same GSM8k questions ("Question: …\\nAnswer:") with seeded output lengths, SmolLM2-135M fp32 on
-this CPU. Both sides produce exactly the seeded number of tokens per prompt (EOS ignored); a static
-batch runs until its longest member is done, which is the cost continuous batching avoids. Prints
-useful output tokens/s for both and the ratio; writes JSON to bench/results/.
+this CPU. Both sides produce exactly the seeded number of tokens per prompt (EOS ignored on both:
+transformers runs with no EOS token, so it neither stops at one nor masks it); a static batch runs
+until its longest member is done, which is the cost continuous batching avoids. Prints one table:
+useful output tokens/s, x transformers, % of the decode roofline (bench/roofline.py, measured in
+the same run) and whether the greedy outputs equal transformers' token for token, which the bench
+asserts. Writes JSON to bench/results/.
 
     .venv/bin/python bench/engine_vs_transformers.py [--prompts 64] [--batch-size 16] [--threads 1]
         [--engine-only] [--no-overlap] [--speculative ngram|self-draft] [--json PATH]
@@ -26,6 +30,7 @@ from tqdm import tqdm
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
+from bench.roofline import decode_step, measure_machine  # noqa: E402
 from scheduler_core.engine import Engine  # noqa: E402
 from scheduler_core.jobs.gsm8k import load_jsonl, resolve_data  # noqa: E402
 from scheduler_core.jobs.results import current_commit, environment  # noqa: E402
@@ -51,7 +56,7 @@ def run_engine(prompts: list[str], lengths: list[int], batch_size: int, overlap:
     stats = getattr(engine.scheduler, "spec_stats", None)
     return {"output_tokens": tokens, "wall_s": wall, "tok_s": tokens / wall, "load_s": load,
             "accept_length": stats.accept_length if speculative and stats else None,
-            "outputs": [o.output_ids for o in outs]}
+            "prompt_tokens": sum(len(o.prompt_ids) for o in outs), "outputs": [o.output_ids for o in outs]}
 
 
 def spec_config(name: str):  # imported here: the bench also runs against trees without spec.py
@@ -72,6 +77,7 @@ def run_transformers(prompts: list[str], lengths: list[int], batch_size: int) ->
     tokenizer.padding_side = "left"
     if tokenizer.pad_token is None:
         tokenizer.pad_token = tokenizer.eos_token
+    model.generation_config.eos_token_id = None  # as the engine's ignore_eos: never stop at EOS, never mask it
     useful, computed, outputs = 0, 0, []
     start = time.perf_counter()
     for i in tqdm(range(0, len(prompts), batch_size), desc="transformers", file=sys.stderr):
@@ -79,7 +85,7 @@ def run_transformers(prompts: list[str], lengths: list[int], batch_size: int) ->
         enc = tokenizer(chunk, return_tensors="pt", padding=True, add_special_tokens=False)
         longest = max(want)
         with torch.inference_mode():
-            out = model.generate(**enc, max_new_tokens=longest, min_new_tokens=longest, do_sample=False,
+            out = model.generate(**enc, max_new_tokens=longest, do_sample=False,
                                  pad_token_id=tokenizer.pad_token_id)
         new = out[:, enc.input_ids.shape[1]:]
         outputs += [row[:n].tolist() for row, n in zip(new, want)]
@@ -123,24 +129,42 @@ def main() -> None:
         print(f"engine: {engine['output_tokens']} tokens in {engine['wall_s']:.1f} s, {engine['tok_s']:.1f} tok/s"
               + (f", accept length {engine['accept_length']:.2f}" if engine["accept_length"] else ""))
         return
+    loops = {"engine, overlap loop" if not args.no_overlap else "engine, normal loop": engine}
+    if not args.no_overlap and args.speculative is None:
+        loops = {"engine, normal loop": run_engine(prompts, lengths, args.batch_size, overlap=False), **loops}
     hf = run_transformers(prompts, lengths, args.batch_size)
-    same = sum(a == b for a, b in zip(engine.pop("outputs"), hf.pop("outputs")))
-    ratio = engine["tok_s"] / hf["tok_s"]
+    hf_outputs = hf.pop("outputs")
+    machine = measure_machine(torch.get_num_threads())
+    # The KV cache a decode step reads: the mean prompt plus half the mean output, per request.
+    context = (engine["prompt_tokens"] + sum(lengths) / 2) / len(prompts)
+    step = decode_step("smollm2-135m", args.batch_size, round(context), machine)
+    rows = []
+    for name, side in loops.items():
+        side["identical_outputs"] = sum(a == b for a, b in zip(side.pop("outputs"), hf_outputs))
+        side["x_transformers"] = side["tok_s"] / hf["tok_s"]
+        side["roofline_fraction"] = side["tok_s"] / step.tok_s
+        rows.append((name, side))
+    hf.update(x_transformers=1.0, roofline_fraction=hf["tok_s"] / step.tok_s, identical_outputs=len(prompts))
+    rows.append(("transformers generate", hf))
     result = {"prompts": len(prompts), "batch_size": args.batch_size, "seed": args.seed,
               "output_lengths": [args.min_output, args.max_output], "threads": torch.get_num_threads(),
-              "engine": engine, "transformers": hf, "ratio": ratio, "identical_outputs": same,
+              "sides": dict(rows), "roofline": {"machine": machine.__dict__, "step": step.__dict__},
               "commit": current_commit(), "environment": environment()}
     out_dir = REPO / "bench" / "results"
     out_dir.mkdir(parents=True, exist_ok=True)
     (out_dir / "engine_vs_transformers.json").write_text(json.dumps(result, indent=1))
-    print(f"{'side':<14}{'output tok':>12}{'wall s':>10}{'tok/s':>10}")
-    print(f"{'engine':<14}{engine['output_tokens']:>12}{engine['wall_s']:>10.1f}{engine['tok_s']:>10.1f}")
-    print(f"{'transformers':<14}{hf['output_tokens']:>12}{hf['wall_s']:>10.1f}{hf['tok_s']:>10.1f}")
-    print(f"ratio engine/transformers: {ratio:.2f}x")
-    # Informational only: past EOS the two differ by design (min_new_tokens masks EOS in transformers,
-    # ignore_eos lets the engine pick it), and left padding changes transformers' numerics slightly.
-    print(f"greedy outputs identical token for token: {same}/{len(prompts)}")
-
+    print(f"| side | output tokens | wall s | tok/s | x transformers | % of roofline ({step.tok_s:.0f} tok/s) "
+          f"| greedy outputs = transformers |")
+    print("|---|---:|---:|---:|---:|---:|---:|")
+    for name, side in rows:
+        print(f"| {name} | {side['output_tokens']} | {side['wall_s']:.1f} | {side['tok_s']:.1f} | "
+              f"{side['x_transformers']:.2f} | {side['roofline_fraction'] * 100:.0f} % | "
+              f"{side['identical_outputs']}/{len(prompts)} |")
+    print(f"roofline: {machine.bandwidth_gb_s:.1f} GB/s, {machine.peak_gflop_s:.1f} GFLOP/s, "
+          f"{step.weight_bytes / 1e9:.3f} GB and {step.flops / 1e9:.2f} GFLOP per step -> {step.step_ms:.1f} ms")
+    different = [name for name, side in rows if side["identical_outputs"] != len(prompts)]
+    if different:
+        raise SystemExit(f"greedy outputs differ from transformers' for: {', '.join(different)}")
 
 if __name__ == "__main__":
     main()
