@@ -62,7 +62,8 @@ def main() -> None:
         subprocess.run(["tar", "-x", "-C", str(tree)], input=archive, check=True)
         # The same bench script on both sides (the base's may lack --engine-only); it imports the
         # scheduler_core of the tree it sits in.
-        (tree / "bench" / "engine_vs_transformers.py").write_text((REPO / "bench" / "engine_vs_transformers.py").read_text())
+        for script in ("engine_vs_transformers.py", "roofline.py"):  # roofline: imported by the first
+            (tree / "bench" / script).write_text((REPO / "bench" / script).read_text())
         out = Path(tmp) / "run.json"
         for i in range(args.repeats):  # interleaved, the order alternating (ABBA), so load drifts hit both alike
             for side in (("base", "head") if i % 2 == 0 else ("head", "base")):
