@@ -55,31 +55,21 @@ def test_shared_holders_run_together(lock: HostLock):
     second.finish()
 
 
-def test_an_exclusive_holder_waits_until_the_shared_one_is_done(lock: HostLock):
+@pytest.mark.parametrize("first_exclusive", [False, True], ids=["cpu-waits-for-sim", "sim-waits-for-cpu"])
+def test_a_job_waits_while_the_other_kind_holds_the_lock(lock: HostLock, first_exclusive: bool):
     order: list[str] = []
-    sim, real = Holder(lock, False, "sim", order), Holder(lock, True, "cpu", order)
-    sim.start()
-    assert sim.entered.wait(DEADLINE_S)
-    real.start()
-    assert real.waiting.wait(DEADLINE_S)
-    assert not real.entered.is_set()
-    sim.finish()
-    assert real.entered.wait(DEADLINE_S)
-    real.finish()
-    assert order == ["sim", "cpu"]
-
-
-def test_a_shared_holder_waits_while_a_real_platform_measures(lock: HostLock):
-    order: list[str] = []
-    real, sim = Holder(lock, True, "cpu", order), Holder(lock, False, "sim", order)
-    real.start()
-    assert real.entered.wait(DEADLINE_S)
-    sim.start()
-    assert sim.waiting.wait(DEADLINE_S)
-    assert not sim.entered.is_set()
-    real.finish()
-    assert sim.entered.wait(DEADLINE_S)
-    sim.finish()
+    names = {True: "cpu", False: "sim"}
+    first = Holder(lock, first_exclusive, names[first_exclusive], order)
+    second = Holder(lock, not first_exclusive, names[not first_exclusive], order)
+    first.start()
+    assert first.entered.wait(DEADLINE_S)
+    second.start()
+    assert second.waiting.wait(DEADLINE_S)
+    assert not second.entered.is_set()
+    first.finish()
+    assert second.entered.wait(DEADLINE_S)
+    second.finish()
+    assert order == [first.name, second.name]
 
 
 def test_a_waiting_exclusive_holder_goes_before_shared_ones_that_come_later(lock: HostLock):
