@@ -17,11 +17,11 @@ from sqlalchemy import func, select
 from app.bisect import service
 from app.core.duties import start as start_duties
 from app.core.models import Alert, AlertChange, Bisect, Commit, Job, Repository
-from app.git.mirror import Mirror
 from app.git.workdir import git
 from runners.client import Client
 from tests.bisect.noise import NoisyHistory
 from tests.bisect.upstream import Upstream
+from tests.support.github import hold_mirror_fetches
 from tests.support.live_server import LiveServer
 from tests.support.service_api import document, registration_token
 from tests.support.settings import ADMIN_TOKEN, make_settings
@@ -332,15 +332,7 @@ def test_every_route_answers_while_a_mirror_fetch_is_held(lab: Lab, monkeypatch:
     """Starting a bisect fetches the git mirror, which can take minutes: the request answers 202
     at once, and every route keeps answering while the duty's fetch is held."""
     shas = lab.upstream.linear(5)
-    fetching, release = threading.Event(), threading.Event()
-    real_fetch = Mirror.fetch
-
-    def held_fetch(self: Mirror, extra: Any = ()) -> None:
-        fetching.set()
-        assert release.wait(600), "the test never released the fetch"
-        real_fetch(self, extra)
-
-    monkeypatch.setattr(Mirror, "fetch", held_fetch)
+    fetching, release = hold_mirror_fetches(monkeypatch)
     lab.run_duty()
     try:
         response = lab.bisect(good=shas[0], bad=shas[4])

@@ -6,13 +6,16 @@ import hashlib
 import hmac
 import json
 import os
+import threading
 import uuid
 from pathlib import Path
 from typing import Any
 
+import pytest
 from sqlalchemy import func, select
 
 from app.core.models import Base
+from app.git.mirror import Mirror
 from app.git.workdir import git
 
 SECRET = "webhook-test-secret"
@@ -96,3 +99,19 @@ def pr_payload(action: str, head: str, base: str, number: int = 2, base_ref: str
 def count_rows(db) -> dict[str, int]:  # type: ignore[no-untyped-def]
     with db.session() as session:
         return {t.name: session.scalar(select(func.count()).select_from(t)) for t in Base.metadata.sorted_tables}
+
+
+def hold_mirror_fetches(monkeypatch: pytest.MonkeyPatch) -> tuple[threading.Event, threading.Event]:
+    """Every git mirror fetch waits until the test sets `release` (the second event); `fetching`
+    (the first) is set when one has started. A fetch can take minutes in production: the tests
+    check that requests answer meanwhile."""
+    fetching, release = threading.Event(), threading.Event()
+    real_fetch = Mirror.fetch
+
+    def held_fetch(self: Mirror, extra: Any = ()) -> None:
+        fetching.set()
+        assert release.wait(600), "the test never released the fetch"
+        real_fetch(self, extra)
+
+    monkeypatch.setattr(Mirror, "fetch", held_fetch)
+    return fetching, release

@@ -4,9 +4,7 @@ whole when anything is wrong."""
 from __future__ import annotations
 
 import json
-import threading
 from datetime import timedelta
-from typing import Any
 
 import requests
 from sqlalchemy import select
@@ -14,7 +12,7 @@ from sqlalchemy import select
 from app.core.config import use_settings
 from app.core.models import CiUpload, CommitStatusUpdate, DetectionState, Job, JobReason, JobState, Repository, Run
 from app.jobs.queue import deliver_stored_runs
-from tests.support.github import Upstream, count_rows
+from tests.support.github import Upstream, count_rows, hold_mirror_fetches
 from tests.support.runner_harness import wait_for
 from tests.support.service_api import document, queue_jobs, register
 from tests.support.settings import ADMIN_TOKEN
@@ -304,16 +302,7 @@ def test_a_failed_upload_retried_with_its_key_is_queued_again(live_server, db, t
 def test_the_upload_route_answers_while_a_mirror_fetch_is_held(live_server, app, db, token, upstream, monkeypatch):
     """The duty's git fetch of an unseen commit can take minutes: uploads (queued or stored),
     the poll and the pages answer while it is held, and the upload is stored once released."""
-    from app.git.mirror import Mirror
-    fetching, release = threading.Event(), threading.Event()
-    real_fetch = Mirror.fetch
-
-    def held_fetch(self: Mirror, extra: Any = ()) -> None:
-        fetching.set()
-        assert release.wait(600), "the test never released the fetch"
-        real_fetch(self, extra)
-
-    monkeypatch.setattr(Mirror, "fetch", held_fetch)
+    fetching, release = hold_mirror_fetches(monkeypatch)
     try:
         first = requests.post(f"{live_server.url}/api/v1/runs", json=upload_body(upstream.head(), document()),
                               headers=bearer(token), timeout=60)
