@@ -1,0 +1,77 @@
+"""The plain-CPU forward's prepacked oneDNN projections: the same results as the aten ops, a fresh
+pack when a weight changes, and plain aten ops wherever a dispatch mode (the simulator) watches."""
+from __future__ import annotations
+
+import pickle
+
+import pytest
+import torch
+from torch.utils._python_dispatch import TorchDispatchMode
+
+from scheduler_core.model.llama import CPU_KERNELS_ENV, ForwardBatch, KVCache, cpu_kernels
+from scheduler_core.model.loader import LoadedModel, load_model
+
+pytestmark = pytest.mark.skipif(not torch.backends.mkldnn.is_available(), reason="torch without oneDNN")
+
+
+def _logits(loaded: LoadedModel) -> torch.Tensor:
+    """A prefill of two prompts (4 and 3 tokens) on a fresh KV cache: their last-token logits."""
+    kv = KVCache(loaded.config, 16, torch.float32, torch.device("cpu"))
+    slots = [torch.arange(1, 5), torch.arange(5, 8)]
+    batch = ForwardBatch.build([3, 7, 11, 13, 17, 19, 23], [0, 0], [4, 3], slots, torch.cat(slots),
+                               torch.device("cpu"))
+    return loaded.model(batch, kv)
+
+
+class _OpNames(TorchDispatchMode):
+    def __init__(self) -> None:
+        super().__init__()
+        self.names: list[str] = []
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # type: ignore[no-untyped-def]
+        self.names.append(str(func))
+        return func(*args, **(kwargs or {}))
+
+
+def test_the_prepacked_forward_gives_the_aten_forwards_logits(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(CPU_KERNELS_ENV, "aten")
+    aten = _logits(load_model("tiny-random"))
+    monkeypatch.setenv(CPU_KERNELS_ENV, "onednn")
+    packed = load_model("tiny-random")
+    assert packed.model.layers[0].mlp.gate_up_proj.packed is not None
+    torch.testing.assert_close(_logits(packed), aten, rtol=1e-5, atol=1e-5)
+
+
+def test_a_weight_changed_in_place_is_packed_again() -> None:
+    loaded = load_model("tiny-random")
+    before = _logits(loaded)
+    with torch.no_grad():
+        for layer in loaded.model.layers:
+            layer.mlp.down_proj.weight.mul_(-3.0)
+    after = _logits(loaded)
+    assert not torch.allclose(after, before)
+    with _OpNames():  # the same model through the aten ops: the reference for the new weights
+        reference = _logits(loaded)
+    torch.testing.assert_close(after, reference, rtol=1e-5, atol=1e-5)
+
+
+def test_under_a_dispatch_mode_the_forward_runs_only_aten_ops() -> None:
+    loaded = load_model("tiny-random")
+    _logits(loaded)  # packed already: the mode must still see the plain matmuls
+    with _OpNames() as mode:
+        _logits(loaded)
+    assert "aten.linear.default" in mode.names
+    assert not [name for name in mode.names if "mkldnn" in name]
+
+
+def test_a_model_that_ran_prepacked_still_pickles_and_packs_again_after() -> None:
+    loaded = load_model("tiny-random")
+    expected = _logits(loaded)
+    copy = pickle.loads(pickle.dumps(loaded))
+    torch.testing.assert_close(_logits(copy), expected, rtol=0, atol=0)
+
+
+def test_an_unknown_kernel_choice_is_refused_by_name(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(CPU_KERNELS_ENV, "mkl")
+    with pytest.raises(ValueError, match="PARALLAX_CPU_KERNELS='mkl': expected onednn or aten"):
+        cpu_kernels()
