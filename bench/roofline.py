@@ -99,6 +99,31 @@ def decode_step(model_name: str, batch_size: int, context: int, machine: Machine
                 step_ms=step_s * 1e3, tok_s=batch_size / step_s)
 
 
+@dataclass(frozen=True)
+class Workload:
+    """The lower bound of a whole run: the prompts' prefill (compute-bound: every prompt token is
+    multiplied by every layer weight, the LM head only for a prompt's last token) plus the decode
+    steps, ``output_tokens / batch_size`` of them, each at the decode-step bound."""
+    prompt_tokens: int
+    output_tokens: int
+    prefill_s: float
+    decode_s: float
+    tok_s: float             # output tokens / (prefill + decode)
+
+
+def workload_bound(model_name: str, prompts: int, prompt_tokens: int, output_tokens: int, step: Step,
+                   machine: Machine) -> Workload:
+    loaded = load_model(model_name)
+    head = loaded.model.embed_tokens.weight if loaded.model.lm_head is None else loaded.model.lm_head.weight
+    weights = {id(p): p for p in loaded.model.parameters()}
+    layer_params = sum(p.numel() for p in weights.values() if p.dim() == 2) - head.numel()
+    prefill_flops = 2.0 * (layer_params * prompt_tokens + head.numel() * prompts)
+    prefill_s = prefill_flops / (machine.peak_gflop_s * 1e9)
+    decode_s = output_tokens / step.batch_size * step.step_ms / 1e3
+    return Workload(prompt_tokens=prompt_tokens, output_tokens=output_tokens, prefill_s=prefill_s,
+                    decode_s=decode_s, tok_s=output_tokens / (prefill_s + decode_s))
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--model", default="smollm2-135m")
