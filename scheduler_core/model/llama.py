@@ -4,15 +4,12 @@ Tokens of all requests in a batch are flattened into one ragged row list; attent
 request's KV slots into a padded [batch, kv_len] view and masks the padding.
 
 On the plain CPU in fp32 the projections and the LM head multiply with oneDNN-prepacked copies of
-their weights (`Projection`): a decode batch of 16 rows streams every weight from memory once per
-step, and MKL's `F.linear` repacks each weight on every call, which the prepacked layout does once
-(docs/engine.md has the measurements). Under a ``TorchDispatchMode`` (the GPU simulator times and
-race-checks every aten op; oneDNN's opaque tensors are not aten ops it can read) and with
+their weights (`scheduler_core.cpu_kernels`). Under a ``TorchDispatchMode`` (the GPU simulator times
+and race-checks every aten op, and oneDNN's opaque tensors are not aten ops) and with
 ``PARALLAX_CPU_KERNELS=aten`` the forward runs the plain aten ops.
 """
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass
 
 import torch
@@ -20,6 +17,7 @@ import torch.nn.functional as F
 from torch import nn
 from torch.utils._python_dispatch import is_in_torch_dispatch_mode
 
+from scheduler_core.cpu_kernels import cpu_kernels, linear
 from scheduler_core.model.config import ModelConfig
 
 
@@ -141,55 +139,22 @@ class ForwardBatch:
                    logits_index=logits_index.to(device), groups=groups)
 
 
-CPU_KERNELS_ENV = "PARALLAX_CPU_KERNELS"  # "onednn" (default) or "aten"
-# oneDNN blocks a prepacked weight for an expected number of rows; the engine's decode batches are
-# tens of rows (prefill chunks run faster prepacked too, whatever the hint).
-_PACK_ROWS_HINT = 16
-
-
-def cpu_kernels() -> str:
-    """The CPU projection kernels to use: "onednn" (prepacked, where torch has oneDNN) or "aten"."""
-    choice = os.environ.get(CPU_KERNELS_ENV, "onednn")
-    if choice not in ("onednn", "aten"):
-        raise ValueError(f"{CPU_KERNELS_ENV}={choice!r}: expected onednn or aten")
-    return choice if torch.backends.mkldnn.is_available() else "aten"
-
-
-def _use_packed(x: torch.Tensor) -> bool:
-    return x.device.type == "cpu" and x.dtype == torch.float32 and not is_in_torch_dispatch_mode()
-
-
-class PackedWeight:
-    """A oneDNN-prepacked copy of a [out, in] fp32 weight, made on first use and again whenever the
-    weight is replaced or changed in place (its storage or version counter moves)."""
-
-    def __init__(self) -> None:
-        self._key: tuple[int, int] | None = None
-        self._packed: torch.Tensor | None = None
-
-    def matmul(self, x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
-        """``F.linear(x, weight)`` with the prepacked copy."""
-        key = (weight.data_ptr(), weight._version)
-        if self._packed is None or key != self._key:
-            self._packed = torch.ops.mkldnn._reorder_linear_weight(weight.detach(), _PACK_ROWS_HINT)
-            self._key = key
-        return torch.ops.mkldnn._linear_pointwise(x, self._packed, None, "none", [], "")
-
-    def __getstate__(self) -> dict:
-        return {"_key": None, "_packed": None}  # a model sent to another process packs there (oneDNN tensors do not pickle)
-
-
 class Projection(nn.Linear):
-    """A bias-free linear layer that uses a prepacked weight on the plain CPU in fp32."""
+    """A bias-free linear layer: the prepacked CPU kernel (`cpu_kernels.linear`) unless off or under a
+    dispatch mode, which then sees the plain ``aten.linear`` (the simulator computes it prepacked)."""
 
     def __init__(self, in_features: int, out_features: int) -> None:
         super().__init__(in_features, out_features, bias=False)
-        self.packed = PackedWeight() if cpu_kernels() == "onednn" else None
+        self.prepacked = cpu_kernels() == "onednn"
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        if self.packed is not None and _use_packed(x):
-            return self.packed.matmul(x, self.weight)
-        return F.linear(x, self.weight)
+        return project(x, self.weight, self.prepacked)
+
+
+def project(x: torch.Tensor, weight: torch.Tensor, prepacked: bool) -> torch.Tensor:
+    if prepacked and not is_in_torch_dispatch_mode():
+        return linear(x, weight)
+    return F.linear(x, weight)
 
 
 class KVCache:
@@ -350,8 +315,7 @@ class LlamaModel(nn.Module):
         self.norm = RMSNorm(config.hidden_size, config.rms_norm_eps)
         self.rotary = Rotary(config.head_dim, config.rope_theta, config.max_context)
         self.lm_head = None if config.tie_word_embeddings else Projection(config.hidden_size, config.vocab_size)
-        # The tied LM head reads the embedding table; its prepacked copy is made on first use.
-        self.tied_head = PackedWeight() if self.lm_head is None and cpu_kernels() == "onednn" else None
+        self.prepacked_head = cpu_kernels() == "onednn"  # a tied LM head multiplies by the embedding table
 
     @torch.inference_mode()
     def forward(self, batch: ForwardBatch, kv: KVCache, num_layers: int | None = None) -> torch.Tensor:
@@ -364,6 +328,4 @@ class LlamaModel(nn.Module):
         x = self.norm(x[batch.logits_index])
         if self.lm_head is not None:
             return self.lm_head(x).float()
-        if self.tied_head is not None and _use_packed(x):
-            return self.tied_head.matmul(x, self.embed_tokens.weight)
-        return F.linear(x, self.embed_tokens.weight).float()
+        return project(x, self.embed_tokens.weight, self.prepacked_head).float()

@@ -8,7 +8,8 @@ import pytest
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from scheduler_core.model.llama import CPU_KERNELS_ENV, ForwardBatch, KVCache, cpu_kernels
+from scheduler_core.cpu_kernels import CPU_KERNELS_ENV, cpu_kernels
+from scheduler_core.model.llama import ForwardBatch, KVCache
 from scheduler_core.model.loader import LoadedModel, load_model
 
 pytestmark = pytest.mark.skipif(not torch.backends.mkldnn.is_available(), reason="torch without oneDNN")
@@ -38,7 +39,7 @@ def test_the_prepacked_forward_gives_the_aten_forwards_logits(monkeypatch: pytes
     aten = _logits(load_model("tiny-random"))
     monkeypatch.setenv(CPU_KERNELS_ENV, "onednn")
     packed = load_model("tiny-random")
-    assert packed.model.layers[0].mlp.gate_up_proj.packed is not None
+    assert packed.model.layers[0].mlp.gate_up_proj.prepacked and packed.model.prepacked_head
     torch.testing.assert_close(_logits(packed), aten, rtol=1e-5, atol=1e-5)
 
 

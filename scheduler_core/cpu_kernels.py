@@ -1,0 +1,52 @@
+"""The CPU's fp32 projection kernel: ``F.linear`` with a oneDNN-prepacked copy of the weight.
+
+A decode batch of a few dozen rows streams every weight from memory once per step, and the default
+CPU ``F.linear`` (MKL) repacks its weight operand on every call; oneDNN's prepacked layout is made
+once per weight and reused (docs/engine.md has the measurements). torch ships oneDNN, so this is a
+choice of kernel, not a new dependency. ``PARALLAX_CPU_KERNELS=aten`` turns it off.
+
+The model calls `linear` on the plain CPU; the GPU simulator, which sees ``aten.linear`` under its
+dispatch mode, computes that op with `linear` too, so a simulated run's outputs are the plain
+run's, value for value.
+"""
+from __future__ import annotations
+
+import os
+
+import torch
+import torch.nn.functional as F
+from torch.utils.weak import WeakIdKeyDictionary
+
+CPU_KERNELS_ENV = "PARALLAX_CPU_KERNELS"  # "onednn" (default) or "aten"
+# oneDNN blocks a prepacked weight for an expected number of rows; the engine's decode batches are
+# tens of rows (prefill chunks of hundreds run faster prepacked too, whatever the hint).
+_ROWS_HINT = 16
+# weight -> (its storage address and version counter when packed, the packed copy). Weakly keyed by
+# the tensor object: a dropped weight drops its copy, and a weight changed in place (its version
+# counter moves) or given new storage is packed again.
+_packed: WeakIdKeyDictionary = WeakIdKeyDictionary()
+
+
+def cpu_kernels() -> str:
+    """The CPU projection kernels to use: "onednn" (prepacked, where torch has oneDNN) or "aten"."""
+    choice = os.environ.get(CPU_KERNELS_ENV, "onednn")
+    if choice not in ("onednn", "aten"):
+        raise ValueError(f"{CPU_KERNELS_ENV}={choice!r}: expected onednn or aten")
+    return choice if torch.backends.mkldnn.is_available() else "aten"
+
+
+def applies(x: torch.Tensor, weight: torch.Tensor) -> bool:
+    """Whether `linear` uses the prepacked kernel for these operands (fp32, on the CPU, 2-D weight)."""
+    return (x.device.type == "cpu" and x.dtype == torch.float32 and weight.dtype == torch.float32
+            and weight.dim() == 2 and x.dim() >= 1)
+
+
+def linear(x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
+    """``F.linear(x, weight)`` (no bias), with the weight's prepacked copy where `applies`."""
+    if not applies(x, weight):
+        return F.linear(x, weight)
+    key = (weight.data_ptr(), weight._version)
+    entry = _packed.get(weight)
+    if entry is None or entry[0] != key:
+        entry = _packed[weight] = (key, torch.ops.mkldnn._reorder_linear_weight(weight.detach(), _ROWS_HINT))
+    return torch.ops.mkldnn._linear_pointwise(x, entry[1], None, "none", [], "")
