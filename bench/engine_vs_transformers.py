@@ -10,15 +10,19 @@ the same run) and whether the greedy outputs equal transformers' token for token
 asserts. Writes JSON to bench/results/.
 
     .venv/bin/python bench/engine_vs_transformers.py [--prompts 64] [--batch-size 16] [--threads 1]
-        [--engine-only] [--no-overlap] [--speculative ngram|self-draft] [--json PATH]
+        [--engine-only] [--no-overlap] [--speculative ngram|self-draft] [--json PATH] [--compare-kernels]
 
 ``--engine-only`` skips transformers (``bench/overlap_cost.py`` runs it against another commit's tree);
-``--speculative`` turns on speculative decoding and reports the accept length.
+``--speculative`` turns on speculative decoding and reports the accept length; ``--compare-kernels``
+adds the normal loop on the plain ``F.linear`` kernels (``PARALLAX_CPU_KERNELS=aten``) to the table.
+Every side also reports its process CPU time, which other load on the machine moves less than the
+wall time, and its share of the whole-run bound (the prompts' prefill plus the decode steps).
 """
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import random
 import sys
 import time
@@ -36,6 +40,10 @@ from scheduler_core.jobs.gsm8k import load_jsonl, resolve_data  # noqa: E402
 from scheduler_core.jobs.results import current_commit, environment  # noqa: E402
 from scheduler_core.model.loader import smollm2_gguf_path  # noqa: E402
 from scheduler_core.sampling import SamplingParams  # noqa: E402
+
+# scheduler_core.cpu_kernels.CPU_KERNELS_ENV, spelled out: overlap_cost.py runs this script in trees
+# from before that module.
+CPU_KERNELS_ENV = "PARALLAX_CPU_KERNELS"
 
 
 def run_engine(prompts: list[str], lengths: list[int], batch_size: int, overlap: bool = True,
@@ -109,6 +117,8 @@ def main() -> None:
     parser.add_argument("--no-overlap", action="store_true", help="the engine's normal loop")
     parser.add_argument("--speculative", choices=["ngram", "self-draft"], default=None)
     parser.add_argument("--json", help="write the engine's result here as JSON (with --engine-only)")
+    parser.add_argument("--compare-kernels", action="store_true",
+                        help="also the normal loop with PARALLAX_CPU_KERNELS=aten (the plain F.linear)")
     args = parser.parse_args()
     if args.threads:
         torch.set_num_threads(args.threads)
@@ -132,6 +142,10 @@ def main() -> None:
     loops = {"engine, overlap loop" if not args.no_overlap else "engine, normal loop": engine}
     if not args.no_overlap and args.speculative is None:
         loops = {"engine, normal loop": run_engine(prompts, lengths, args.batch_size, overlap=False), **loops}
+    if args.compare_kernels:
+        os.environ[CPU_KERNELS_ENV] = "aten"
+        loops["engine, normal loop, aten kernels"] = run_engine(prompts, lengths, args.batch_size, overlap=False)
+        del os.environ[CPU_KERNELS_ENV]
     hf = run_transformers(prompts, lengths, args.batch_size)
     hf_outputs = hf.pop("outputs")
     machine = measure_machine(torch.get_num_threads())
