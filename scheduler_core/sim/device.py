@@ -1,11 +1,12 @@
 """The simulated GPU: a ``Device`` whose streams and events are virtual, behind the same facade as
 CUDA and the CPU.
 
-Tensor values are computed eagerly on the CPU, so outputs are the real outputs. While the engine
-works inside ``device.stream(...)``, a ``TorchDispatchMode`` sees every aten op, attributes it to the
+Tensor values are computed eagerly on the CPU with the plain run's kernels (the prepacked linear of
+``scheduler_core.cpu_kernels`` included), so outputs are the real outputs. While the engine works
+inside ``device.stream(...)``, a ``TorchDispatchMode`` sees every aten op, attributes it to the
 current virtual stream, gives it a duration from the profile (FLOPs over throughput or bytes over
-bandwidth, plus the kernel launch cost) and places it on the virtual timeline: an op starts when
-its stream is free and the host has issued it. Copies, event records, cross-stream waits and host
+bandwidth, plus the kernel launch cost) and places it on the virtual timeline: an op starts when its
+stream is free and the host has issued it. Copies, event records, cross-stream waits and host
 synchronisation have their own profiled costs; each outermost ``device.stream`` block is one host
 step and advances the host clock by the profile's fixed host cost, so the same inputs give the same
 timeline, bit for bit. Run-to-run noise (the profile's CV) scales device durations by a factor drawn
@@ -31,6 +32,7 @@ from torch._C._profiler import gather_traceback, symbolize_tracebacks
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils.flop_counter import flop_registry
 
+from scheduler_core.cpu_kernels import cpu_kernels, linear
 from scheduler_core.device import DEFAULT_STREAM, Device, Event, Stream
 from scheduler_core.platform import Platform
 from scheduler_core.sim.profile import Profile, load_profile
@@ -48,6 +50,8 @@ STACK_DEPTH = 8
 _expired = torch.UntypedStorage._expired
 _free_weak_ref = torch.UntypedStorage._free_weak_ref
 # Ops that only read a value into Python (``int(t)``) or only describe a tensor: no device work.
+# Computed with the plain CPU run's prepacked kernel (scheduler_core.cpu_kernels), timed as itself.
+_LINEAR = torch.ops.aten.linear.default
 _IGNORED = {torch.ops.aten._local_scalar_dense.default, torch.ops.aten.lift_fresh.default,
             torch.ops.aten.detach.default, torch.ops.aten.alias.default}
 
@@ -122,12 +126,18 @@ class _OpRecorder(TorchDispatchMode):
         dev = self.device
         if not dev._measure_host:
             # func._op is what OpOverload.__call__ calls: one Python frame less per op.
-            out = func._op(*args, **kwargs) if kwargs else func._op(*args)
+            if func is _LINEAR and dev._prepacked_linear and not kwargs and len(args) == 2:
+                out = linear(*args)  # the plain CPU run's kernel: its values, its speed
+            else:
+                out = func._op(*args, **kwargs) if kwargs else func._op(*args)
             if not dev._paused:
                 dev._on_op(func, args, kwargs, out)
             return out
         start = time.perf_counter()
-        out = func._op(*args, **kwargs) if kwargs else func._op(*args)
+        if func is _LINEAR and dev._prepacked_linear and not kwargs and len(args) == 2:
+            out = linear(*args)
+        else:
+            out = func._op(*args, **kwargs) if kwargs else func._op(*args)
         if not dev._paused:
             dev._on_op(func, args, kwargs, out)
         dev._dispatch_s += time.perf_counter() - start
@@ -190,6 +200,7 @@ class SimDevice(Device):
         self._stack: list[SimStream] = [self._default]
         self._depth = 0
         self._mode = _OpRecorder(self)
+        self._prepacked_linear = cpu_kernels() == "onednn"
         self._paused = False
         self._ops: dict[Any, _OpInfo] = {}
         self._flop_cache: dict[tuple, float] = {}

@@ -7,6 +7,7 @@ from collections import Counter
 
 import torch
 
+from scheduler_core.cpu_kernels import linear
 from scheduler_core.platform import DEFAULT_POLICIES, Platform
 from scheduler_core.sim.device import SimDevice
 from scheduler_core.sim.measure import run_reference
@@ -27,6 +28,19 @@ def test_a_linear_is_timed_by_its_flops() -> None:
     (span,) = [s for s in device.timeline.spans if s.name == "linear"]
     flop_us = 2 * 1024 * 256 * 512 / (SLOW_MATMUL.matmul_tflops * 1e6)
     assert span.end_us - span.start_us >= flop_us
+
+
+def test_a_simulated_linear_computes_the_plain_cpu_runs_values_bit_for_bit() -> None:
+    device = SimDevice(Platform("sim", SLOW_MATMUL.name), SLOW_MATMUL)
+    x, weight = torch.randn(16, 576), torch.randn(1536, 576)
+    with torch.inference_mode():
+        plain = linear(x, weight)
+        for t in (x, weight):
+            device.mark_device(t)
+        with device.stream(device.new_stream("forward")):
+            simulated = torch.nn.functional.linear(x, weight)
+    assert torch.equal(simulated, plain)
+    assert [s.name for s in device.timeline.spans if s.name == "linear"] == ["linear"]  # still timed as itself
 
 
 def test_rotary_gathers_are_device_work_in_the_normal_loop_too(tiny) -> None:
