@@ -5,8 +5,9 @@ machine). Prints a table and writes JSON to bench/results/.
 
 Both sides build a fresh ``Engine`` per run (``run_reference`` must: each simulated run has its own
 virtual clock), so the ratio is the simulator's cost alone. A fresh engine allocates and first touches
-its KV pool, which costs the CPU engine +30 % on the reference and +100 % on the 30-layer model; the
-table also gives the CPU run on one reused engine (what this script compared against until issue 31).
+its KV pool, which cost the CPU engine 30 % more on the reference and 100 % more on the 30-layer model
+(docs/sim.md); the table also gives the CPU run on one reused engine (what this script compared
+against until issue 31).
 
 Workloads: the reference (SmolLM2-135M's first 8 layers, the calibration workload); the 64-wide
 random toy with 8 layers (the demo's quick model: almost no arithmetic per op, so the worst case
