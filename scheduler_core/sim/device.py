@@ -25,6 +25,7 @@ import time
 import weakref
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any, Iterator, NamedTuple, Sequence
 
 import torch
@@ -154,7 +155,7 @@ class _OpInfo:
     flops: Any  # torch.utils.flop_counter's formula for the op, or None
 
 
-class _Label(NamedTuple):  # a tuple of untracked values: see race.Access
+class _Label(NamedTuple):  # a tuple, as race.Access
     """A fresh block's name, formatted only when a report names it."""
 
     shape: tuple[int, ...]
@@ -162,6 +163,10 @@ class _Label(NamedTuple):  # a tuple of untracked values: see race.Access
 
     def __str__(self) -> str:
         return f"tensor{list(self.shape)} {str(self.dtype).removeprefix('torch.')}"
+
+
+# ``_Label((shape, dtype))`` without the NamedTuple's Python ``__new__`` (one per fresh output).
+_new_label = partial(tuple.__new__, _Label)
 
 
 class SimDevice(Device):
@@ -202,7 +207,7 @@ class SimDevice(Device):
         self._mode = _OpRecorder(self)
         self._prepacked_linear = cpu_kernels() == "onednn"
         self._paused = False
-        self._ops: dict[Any, _OpInfo] = {}
+        self._ops: dict[int, _OpInfo] = {}  # by id() of the OpOverload
         self._flop_cache: dict[tuple, float] = {}
         self._refs: dict[int, int] = {}  # data pointer -> weak reference to the storage there
         weakref.finalize(self, _release, self._refs)
@@ -418,7 +423,7 @@ class SimDevice(Device):
             self.detector.free(key, "free (host drops the last reference)")
 
     def _info(self, func) -> _OpInfo:
-        info = self._ops.get(func)
+        info = self._ops.get(id(func))  # OpOverload hashes in Python; its id is as good a key (ops live forever)
         if info is None:
             schema = func._schema
             writes = [(i, a.name) for i, a in enumerate(schema.arguments)
@@ -427,7 +432,7 @@ class SimDevice(Device):
                            write_args=frozenset(i for i, _ in writes), write_kwargs=frozenset(n for _, n in writes),
                            mutates=bool(writes),
                            flops=flop_registry.get(func._overloadpacket) or _EXTRA_FLOPS.get(func._overloadpacket))
-            self._ops[func] = info
+            self._ops[id(func)] = info
         return info
 
     def _is_device(self, t: torch.Tensor) -> bool:
@@ -444,7 +449,7 @@ class SimDevice(Device):
         # The hot path: it runs for every aten op inside a host step, so it is written flat (``_key``,
         # ``_is_device`` and ``_run`` inlined). Host work on host memory leaves after one storage
         # lookup per tensor argument; a device op costs one pass over its tensors.
-        info = self._ops.get(func) or self._info(func)
+        info = self._ops.get(id(func)) or self._info(func)
         if info.skip:
             return  # metadata only, or no device work
         device_mem = self._device_mem
@@ -466,7 +471,13 @@ class SimDevice(Device):
         nbytes = 0
         write_args = info.write_args
         for i, arg in enumerate(args):
-            for t in ((arg,) if isinstance(arg, torch.Tensor) else _tensors(arg)):
+            if isinstance(arg, torch.Tensor):
+                tensors: Any = (arg,)
+            elif isinstance(arg, (list, tuple)):
+                tensors = _tensor_list(arg)
+            else:
+                continue  # a scalar, a dtype, ...: no memory
+            for t in tensors:
                 storage = t.untyped_storage()
                 ptr = storage.data_ptr()
                 if ptr == 0:
@@ -486,6 +497,7 @@ class SimDevice(Device):
                         device_mem.add(key)
                         nbytes += t.nbytes
         out_numel = 0
+        cross, blocks = self.detector.cross, self.detector.blocks
         fresh: list[tuple[int, _Label]] = []  # outputs in new memory: written first by this op
         if not info.mutates:
             for t in ((out,) if isinstance(out, torch.Tensor) else _tensors(out)):
@@ -495,10 +507,14 @@ class SimDevice(Device):
                     continue
                 ref = refs.get(ptr)
                 if ref is None or _expired(ref):
-                    if ref is not None:
-                        self._drop(ptr, ref)
+                    if ref is not None:  # a dead storage's address: its block goes (``_drop``)
+                        _free_weak_ref(ref)
+                        if ptr in cross:
+                            self.detector.free(ptr)
+                        else:  # only its owner used it: nothing to check (``RaceDetector.free``)
+                            blocks.pop(ptr, None)
                     refs[ptr] = storage._weak_ref()
-                    fresh.append((ptr, _Label(t.shape, t.dtype)))
+                    fresh.append((ptr, _new_label((t.shape, t.dtype))))
                 else:
                     writes.append(ptr)
                 device_mem.add(ptr)
@@ -520,7 +536,13 @@ class SimDevice(Device):
     def _any_on_device(self, values: Any) -> bool:
         refs = self._refs
         for t in values:
-            for v in ((t,) if isinstance(t, torch.Tensor) else _tensors(t)):
+            if isinstance(t, torch.Tensor):
+                tensors: Any = (t,)
+            elif isinstance(t, (list, tuple)):
+                tensors = _tensor_list(t)
+            else:
+                continue
+            for v in tensors:
                 ptr = v.untyped_storage().data_ptr()
                 if ptr in self._device_mem and not _expired(refs[ptr]):
                     return True
@@ -561,6 +583,14 @@ def _shape_key(value: Any) -> Any:
     if isinstance(value, (list, tuple)):
         return tuple(_shape_key(v) for v in value)
     return value
+
+
+def _tensor_list(values: list | tuple) -> Sequence[torch.Tensor]:
+    """The tensors in a list argument (``Tensor[]``, ``Tensor?[]``); an ``int[]`` (a shape, dims) has
+    none and is seen by its first element."""
+    if not values or type(values[0]) is int:
+        return ()
+    return [v for v in values if isinstance(v, torch.Tensor)]
 
 
 def _tensors(value: Any) -> Iterator[torch.Tensor]:

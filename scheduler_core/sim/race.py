@@ -25,6 +25,7 @@ This module knows nothing about torch, so the fuzz test drives it directly.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import partial
 from typing import Callable, Hashable, NamedTuple
 
 HOST = 0
@@ -32,14 +33,18 @@ Clock = tuple[int, ...]
 
 
 class Access(NamedTuple):
-    # A tuple, not a dataclass: one is made per access, and a tuple of untracked values (the stack
-    # handle included) is dropped from the garbage collector's lists, whose full passes would
-    # otherwise cost more than the checks.
+    # A tuple, not a dataclass: one is made per access (through ``_new_access``, without the Python
+    # ``__new__``). The garbage collector still tracks it (a NamedTuple, holding a stack handle of a
+    # GC type), so ``sim.measure.run_reference`` keeps older objects out of its full passes.
     actor: int
     epoch: int
     op: str
     stack: object = ()  # a tuple of strings or (file, line, function) frames, or the handle a
     # ``RaceDetector(format_stack=...)`` formats when a report names the access
+
+
+# ``Access((actor, epoch, op, stack))`` without the NamedTuple's Python ``__new__`` (one per access).
+_new_access = partial(tuple.__new__, Access)
 
 
 def format_stack(stack: object) -> tuple[str, ...]:
@@ -181,7 +186,7 @@ class RaceDetector:
         clock[actor] += 1
         if actor == HOST:
             self._host_version += 1
-        access = Access(actor, clock[actor], op, stack)
+        access = _new_access((actor, clock[actor], op, stack))
         found: list[Hazard] = []
         blocks = self.blocks
         claimed = self.claims.get(actor)
@@ -218,9 +223,11 @@ class RaceDetector:
             block.write = access
             if actor != block.owner:
                 self.cross.add(key)
-        for key, name in fresh:
-            self.blocks[key] = Block(name, actor, access)
-            self.cross.discard(key)
+        if fresh:
+            cross = self.cross
+            for key, name in fresh:
+                blocks[key] = Block(name, actor, access)
+                cross.discard(key)
         if found:
             self.hazards += found
         return found
