@@ -174,9 +174,11 @@ class RMSNorm(nn.Module):
         self.eps = eps
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        x32 = x.float()
+        # Conversions only where the dtype differs: an fp32 model would dispatch two no-op ops per
+        # norm, which the simulator's per-op hook pays for like real ones.
+        x32 = x if x.dtype == torch.float32 else x.float()
         x32 = x32 * torch.rsqrt(x32.pow(2).mean(-1, keepdim=True) + self.eps)
-        return self.weight * x32.to(x.dtype)
+        return self.weight * (x32 if x.dtype == torch.float32 else x32.to(x.dtype))
 
 
 class Rotary(nn.Module):
@@ -192,8 +194,10 @@ class Rotary(nn.Module):
 
     def forward(self, x: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
         # x: [T, heads, head_dim]
-        cos = self.cos[positions][:, None, :].to(x.dtype)
-        sin = self.sin[positions][:, None, :].to(x.dtype)
+        cos = self.cos[positions][:, None, :]
+        sin = self.sin[positions][:, None, :]
+        if x.dtype != cos.dtype:
+            cos, sin = cos.to(x.dtype), sin.to(x.dtype)
         half = x.shape[-1] // 2
         rotated = torch.cat((-x[..., half:], x[..., :half]), dim=-1)
         return x * cos + rotated * sin
@@ -327,5 +331,7 @@ class LlamaModel(nn.Module):
             x = layer(x, batch, kv, self.rotary)
         x = self.norm(x[batch.logits_index])
         if self.lm_head is not None:
-            return self.lm_head(x).float()
-        return project(x, self.embed_tokens.weight, self.prepacked_head).float()
+            logits = self.lm_head(x)
+        else:
+            logits = project(x, self.embed_tokens.weight, self.prepacked_head)
+        return logits if logits.dtype == torch.float32 else logits.float()
