@@ -18,7 +18,9 @@ import hashlib
 import hmac
 import json
 import logging
+import threading
 import time
+import weakref
 from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any
@@ -29,7 +31,7 @@ from sqlalchemy.orm import Session
 
 from app.core.clock import as_utc, utcnow
 from app.core.config import Settings, current_settings, use_settings
-from app.core.db import Database
+from app.core.db import Database, is_database_unavailable
 from app.core.duties import Duty
 from app.core.errors import APIError, Unauthorized
 from app.core.limits import invalid_unicode_field
@@ -48,6 +50,12 @@ CLAIM_S = 600.0  # a delivery's processing (a first fetch of a large repository)
 RETRY_DELAYS_S = (10, 60, 300, 1800)
 MISSING_RETRY_DELAYS_S = (10, 60)  # then `error`; `parallax deliveries retry` tries again
 MISSING_COMMIT = "missing_commit"
+
+# Failures the database was unreachable to record (a restart mid-processing): kept here per
+# database and written on the next pass, so the delivery waits its retry delay and not the rest
+# of its `CLAIM_S` claim, which nothing else would shorten.
+_unrecorded: weakref.WeakKeyDictionary[Database, dict[int, tuple[str, str, bool, float]]] = weakref.WeakKeyDictionary()
+_unrecorded_lock = threading.Lock()
 
 
 class CommitMissing(LookupError):
@@ -230,6 +238,7 @@ def process_pending(db: Database, settings: Settings, *, limit: int = 50, budget
     (`claimed_until`), so concurrent workers never process one twice; a delivery waiting for a
     retry holds back the later deliveries of its repository, so their order is kept."""
     report = ProcessReport()
+    _record_unrecorded(db)
     started = time.monotonic()
     now = utcnow()
     with db.session() as session:
@@ -299,15 +308,37 @@ def _process_one(db: Database, settings: Settings, row_id: int) -> tuple[str, bo
             message += f" (gave up after {attempts} attempts; `parallax deliveries retry {delivery_id}` tries again)"
         log.warning("webhook processing failed", extra={"px_delivery": delivery_id, "px_attempt": attempts,
                                                         "px_final": final, "px_error": message})
-        with db.session() as session:
-            delivery = session.get(WebhookDelivery, row_id)
-            assert delivery is not None
-            delivery.result, delivery.failure_kind = message, kind
-            if final:
-                delivery.state, delivery.processed_at, delivery.claimed_until = "error", utcnow(), None
-            else:
-                delivery.claimed_until = utcnow() + timedelta(seconds=delays[attempts - 1])
+        delay_s = 0.0 if final else float(delays[attempts - 1])
+        try:
+            _record_failure(db, row_id, message, kind, final, delay_s)
+        except Exception as recording:
+            if not is_database_unavailable(recording):
+                raise
+            with _unrecorded_lock:
+                _unrecorded.setdefault(db, {})[row_id] = (message, kind, final, delay_s)
+            raise
         return delivery_id, False, message, kind
+
+
+def _record_failure(db: Database, row_id: int, message: str, kind: str, final: bool, delay_s: float) -> None:
+    with db.session() as session:
+        delivery = session.get(WebhookDelivery, row_id)
+        assert delivery is not None
+        delivery.result, delivery.failure_kind = message, kind
+        if final:
+            delivery.state, delivery.processed_at, delivery.claimed_until = "error", utcnow(), None
+        else:
+            delivery.claimed_until = utcnow() + timedelta(seconds=delay_s)
+
+
+def _record_unrecorded(db: Database) -> None:
+    """Record the failures the database was down to take; raises while it still is."""
+    with _unrecorded_lock:
+        pending = dict(_unrecorded.get(db, {}))
+    for row_id, failure in pending.items():
+        _record_failure(db, row_id, *failure)
+        with _unrecorded_lock:
+            _unrecorded.get(db, {}).pop(row_id, None)
 
 
 def fetch_for(mirror: Mirror, event: str, payload: dict[str, Any]) -> None:

@@ -3,10 +3,13 @@ temp `upstream` stands in for GitHub), and the matrix is queued at the right com
 from __future__ import annotations
 
 import threading
-from datetime import datetime, timezone
+from datetime import datetime, timedelta, timezone
 
+import pytest
 from sqlalchemy import func, select
+from sqlalchemy.exc import DisconnectionError
 
+from app.core.clock import as_utc, utcnow
 from app.core.models import Branch, BranchCommit, Commit, Job, JobReason, PullRequest, Suite, WebhookDelivery
 from app.github import ingest
 from app.github.ingest import process_pending
@@ -285,6 +288,33 @@ def test_a_failing_fetch_holds_back_later_deliveries_of_its_repository(client, a
     assert process_pending(db, settings).failed == []  # the first waits for its retry; the second waits behind it
     with db.session() as session:
         assert [d.attempts for d in session.scalars(select(WebhookDelivery).order_by(WebhookDelivery.id))] == [1, 0]
+
+
+def test_a_failure_the_database_was_down_to_record_waits_its_retry_delay_not_its_claim(
+        client, app, db, tracked, upstream, monkeypatch):  # type: ignore[no-untyped-def]
+    """PostgreSQL restarts mid-processing: neither the delivery's work nor its failure can be
+    stored. The next pass records the failure, so the delivery (and every later one of its
+    repository) waits the first retry delay, not the rest of its 10-minute claim."""
+    base = upstream.commit()
+    post_webhook(client, "push", push_payload(base, base, [base]))
+    settings = app.extensions["parallax.settings"]
+
+    def unavailable(*args, **kwargs):  # type: ignore[no-untyped-def]
+        raise DisconnectionError("the database system is shutting down")
+    with monkeypatch.context() as outage:
+        outage.setattr(ingest, "handle", unavailable)
+        outage.setattr(ingest, "_record_failure", unavailable)
+        with pytest.raises(DisconnectionError):
+            process_pending(db, settings)
+    back = utcnow()
+    report = process_pending(db, settings)
+    assert report.processed == [] and report.failed == []  # it waits for its retry
+    with db.session() as session:
+        delivery = session.scalar(select(WebhookDelivery))
+        assert delivery.state == "pending" and delivery.attempts == 1 and "DisconnectionError" in delivery.result
+        assert as_utc(delivery.claimed_until) <= back + timedelta(seconds=ingest.RETRY_DELAYS_S[0] + 5)
+    skip_backoff(db)
+    assert len(process_pending(db, settings).processed) == 1
 
 
 def test_concurrent_workers_process_each_delivery_once(client, app, db, tracked, upstream):
