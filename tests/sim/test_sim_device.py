@@ -1,6 +1,7 @@
 """The simulated device: same outputs as the CPU, a deterministic timeline, seeded noise, traces, profiles."""
 from __future__ import annotations
 
+import inspect
 import json
 
 import pytest
@@ -8,7 +9,7 @@ import pytest
 from scheduler_core.engine import Engine
 from scheduler_core.platform import DEFAULT_POLICIES, Platform
 from scheduler_core.sampling import SamplingParams
-from scheduler_core.sim.device import SimDevice
+from scheduler_core.sim.device import STACK_DEPTH, SimDevice, _format_stack, _stack
 from scheduler_core.sim.measure import run_reference
 from scheduler_core.sim.profile import FIELDS, ProfileError, available, load_profile
 
@@ -93,3 +94,14 @@ def test_measured_host_time_charges_the_host_steps_wall_time(tiny) -> None:
 def test_an_unknown_host_time_mode_is_refused() -> None:
     with pytest.raises(ValueError, match="PARALLAX_SIM_HOST_TIME='wall'"):
         SimDevice(Platform("sim", "cuda-h100"), host_time="wall")
+
+
+def test_an_access_stack_names_file_line_and_function_innermost_first() -> None:
+    def access() -> object:
+        return _stack()
+    stack, line = access(), inspect.currentframe().f_lineno  # type: ignore[union-attr]
+    inner = inspect.getsourcelines(access)[1] + 1
+    frames = _format_stack(stack)
+    assert frames[:2] == (f"{__file__}:{inner} in access",
+                          f"{__file__}:{line} in test_an_access_stack_names_file_line_and_function_innermost_first")
+    assert len(frames) <= STACK_DEPTH
