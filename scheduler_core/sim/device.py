@@ -50,9 +50,9 @@ STACK_DEPTH = 8
 # object and a bound method per block, which the garbage collector would have to walk).
 _expired = torch.UntypedStorage._expired
 _free_weak_ref = torch.UntypedStorage._free_weak_ref
-# Ops that only read a value into Python (``int(t)``) or only describe a tensor: no device work.
 # Computed with the plain CPU run's prepacked kernel (scheduler_core.cpu_kernels), timed as itself.
 _LINEAR = torch.ops.aten.linear.default
+# Ops that only read a value into Python (``int(t)``) or only describe a tensor: no device work.
 _IGNORED = {torch.ops.aten._local_scalar_dense.default, torch.ops.aten.lift_fresh.default,
             torch.ops.aten.detach.default, torch.ops.aten.alias.default}
 
@@ -125,23 +125,16 @@ class _OpRecorder(TorchDispatchMode):
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # type: ignore[override]
         dev = self.device
-        if not dev._measure_host:
-            # func._op is what OpOverload.__call__ calls: one Python frame less per op.
-            if func is _LINEAR and dev._prepacked_linear and not kwargs and len(args) == 2:
-                out = linear(*args)  # the plain CPU run's kernel: its values, its speed
-            else:
-                out = func._op(*args, **kwargs) if kwargs else func._op(*args)
-            if not dev._paused:
-                dev._on_op(func, args, kwargs, out)
-            return out
-        start = time.perf_counter()
+        start = time.perf_counter() if dev._measure_host else 0.0
         if func is _LINEAR and dev._prepacked_linear and not kwargs and len(args) == 2:
-            out = linear(*args)
+            out = linear(*args)  # the plain CPU run's kernel: its values, its speed
         else:
+            # func._op is what OpOverload.__call__ calls: one Python frame less per op.
             out = func._op(*args, **kwargs) if kwargs else func._op(*args)
         if not dev._paused:
             dev._on_op(func, args, kwargs, out)
-        dev._dispatch_s += time.perf_counter() - start
+        if dev._measure_host:
+            dev._dispatch_s += time.perf_counter() - start
         return out
 
 
