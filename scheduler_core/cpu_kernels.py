@@ -1,9 +1,11 @@
-"""The CPU's fp32 projection kernel: ``F.linear`` with a oneDNN-prepacked copy of the weight.
+"""The CPU's fp32 projection kernel: ``F.linear`` with a oneDNN-prepacked copy of the weight; and
+the choice between Parallax's CPU kernels (these projections, `scheduler_core.decode_attention`)
+and plain aten ops.
 
 A decode batch of a few dozen rows streams every weight from memory once per step, and the default
 CPU ``F.linear`` (MKL) repacks its weight operand on every call; oneDNN's prepacked layout is made
 once per weight and reused (docs/engine.md has the measurements). torch ships oneDNN, so this is a
-choice of kernel, not a new dependency. ``PARALLAX_CPU_KERNELS=aten`` turns it off.
+choice of kernel, not a new dependency. ``PARALLAX_CPU_KERNELS=aten`` turns both kernels off.
 
 The model calls `linear` on the plain CPU; the GPU simulator, which sees ``aten.linear`` under its
 dispatch mode, computes that op with `linear` too, so a simulated run's outputs are the plain
@@ -17,7 +19,7 @@ import torch
 import torch.nn.functional as F
 from torch.utils.weak import WeakIdKeyDictionary
 
-CPU_KERNELS_ENV = "PARALLAX_CPU_KERNELS"  # "onednn" (default) or "aten"
+CPU_KERNELS_ENV = "PARALLAX_CPU_KERNELS"  # "native" (default) or "aten"
 # oneDNN blocks a prepacked weight for an expected number of rows; the engine's decode batches are
 # tens of rows (prefill chunks of hundreds run faster prepacked too, whatever the hint).
 _ROWS_HINT = 16
@@ -28,10 +30,11 @@ _packed: WeakIdKeyDictionary = WeakIdKeyDictionary()
 
 
 def cpu_kernels() -> str:
-    """The CPU projection kernels to use: "onednn" (prepacked, where torch has oneDNN) or "aten"."""
-    choice = os.environ.get(CPU_KERNELS_ENV, "onednn")
-    if choice not in ("onednn", "aten"):
-        raise ValueError(f"{CPU_KERNELS_ENV}={choice!r}: expected onednn or aten")
+    """The CPU kernels to use: "native" (the prepacked projections, where torch has oneDNN, and the
+    decode-attention kernel, where it builds) or "aten" (torch's own ops throughout)."""
+    choice = os.environ.get(CPU_KERNELS_ENV, "native")
+    if choice not in ("native", "aten"):
+        raise ValueError(f"{CPU_KERNELS_ENV}={choice!r}: expected native or aten")
     return choice if torch.backends.mkldnn.is_available() else "aten"
 
 

@@ -123,7 +123,7 @@ class SelfDraft:
         for step in range(steps):
             positions = seq_lens + step
             mask = (arange[None, :] <= positions[:, None])[:, None, None, :]
-            group = AttnGroup(kv_indices=kv_table, attn_mask=mask, pad_index=every, max_q=1)
+            group = AttnGroup(kv_indices=kv_table, attn_mask=mask, pad_index=every, max_q=1, kv_lens=positions + 1)
             forward = ForwardBatch(input_ids=token, positions=positions,
                                    out_cache_loc=kv_table.gather(1, positions[:, None]).squeeze(1),
                                    logits_index=every, groups=[group])

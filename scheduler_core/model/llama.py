@@ -4,9 +4,10 @@ Tokens of all requests in a batch are flattened into one ragged row list; attent
 request's KV slots into a padded [batch, kv_len] view and masks the padding.
 
 On the plain CPU in fp32 the projections and the LM head multiply with oneDNN-prepacked copies of
-their weights (`scheduler_core.cpu_kernels`). Under a ``TorchDispatchMode`` (the GPU simulator times
-and race-checks every aten op, and oneDNN's opaque tensors are not aten ops) and with
-``PARALLAX_CPU_KERNELS=aten`` the forward runs the plain aten ops.
+their weights (`scheduler_core.cpu_kernels`), and on one thread decode attention reads the paged
+cache in place (`scheduler_core.decode_attention`) instead of gathering it. Under a
+``TorchDispatchMode`` (the GPU simulator times and race-checks every aten op, and neither kernel is
+one) and with ``PARALLAX_CPU_KERNELS=aten`` the forward runs the plain aten ops.
 """
 from __future__ import annotations
 
@@ -17,6 +18,7 @@ import torch.nn.functional as F
 from torch import nn
 from torch.utils._python_dispatch import is_in_torch_dispatch_mode
 
+from scheduler_core import decode_attention
 from scheduler_core.cpu_kernels import cpu_kernels, linear
 from scheduler_core.model.config import ModelConfig
 
@@ -34,6 +36,7 @@ class AttnGroup:
     # radix cache): attention over it runs once for the whole group, and kv_indices/attn_mask then
     # cover only each request's own suffix.
     prefix_slots: torch.Tensor | None = None  # [P]
+    kv_lens: torch.Tensor | None = None  # [B] int64: request i's keys are kv_indices[i, :kv_lens[i]]
 
     @property
     def batch_size(self) -> int:
@@ -62,7 +65,7 @@ class AttnGroup:
             k_pos[None, None, :] <= (prefix[:, None, None] + q_pos[None, :, None]))
         return cls(kv_indices=kv_indices.to(device), attn_mask=mask[:, None].to(device),
                    pad_index=torch.cat(pad_index).to(device), max_q=max_q,
-                   token_index=None if token_index is None else token_index.to(device))
+                   token_index=None if token_index is None else token_index.to(device), kv_lens=kv_len.to(device))
 
 
 @dataclass
@@ -81,6 +84,7 @@ class DecodeGather:
         lens = self.seq_lens[self.rows] - self.shared
         mask = torch.arange(self.max_kv - self.shared, device=lens.device)[None, :] < lens[:, None]
         group.attn_mask = mask[:, None, None, :]
+        group.kv_lens = lens
 
 
 @dataclass
@@ -145,7 +149,7 @@ class Projection(nn.Linear):
 
     def __init__(self, in_features: int, out_features: int) -> None:
         super().__init__(in_features, out_features, bias=False)
-        self.prepacked = cpu_kernels() == "onednn"
+        self.prepacked = cpu_kernels() == "native"
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return project(x, self.weight, self.prepacked)
@@ -215,6 +219,7 @@ class Attention(nn.Module):
         self.split = (q_size, kv_size, kv_size)
         self.qkv_proj = Projection(config.hidden_size, sum(self.split))
         self.o_proj = Projection(q_size, config.hidden_size)
+        self.native_decode = cpu_kernels() == "native"
 
     def forward(self, x: torch.Tensor, batch: ForwardBatch, kv: KVCache, rotary: Rotary) -> torch.Tensor:
         tokens = x.shape[0]
@@ -237,6 +242,9 @@ class Attention(nn.Module):
         """q: [Tg, heads, head_dim] -> [Tg, heads * head_dim]."""
         if group.prefix_slots is not None:
             return self._cascade_decode(q, group, k_cache, v_cache)
+        if (group.max_q == 1 and group.kv_lens is not None and self.native_decode
+                and not is_in_torch_dispatch_mode() and decode_attention.applies(q, k_cache)):
+            return decode_attention.decode_attention(q, k_cache, v_cache, group.kv_indices, group.kv_lens)
         bsz, max_q = group.batch_size, group.max_q
         if max_q == 1:
             q_pad = q.unsqueeze(1)
@@ -319,7 +327,7 @@ class LlamaModel(nn.Module):
         self.norm = RMSNorm(config.hidden_size, config.rms_norm_eps)
         self.rotary = Rotary(config.head_dim, config.rope_theta, config.max_context)
         self.lm_head = None if config.tie_word_embeddings else Projection(config.hidden_size, config.vocab_size)
-        self.prepacked_head = cpu_kernels() == "onednn"  # a tied LM head multiplies by the embedding table
+        self.prepacked_head = cpu_kernels() == "native"  # a tied LM head multiplies by the embedding table
 
     @torch.inference_mode()
     def forward(self, batch: ForwardBatch, kv: KVCache, num_layers: int | None = None) -> torch.Tensor:

@@ -198,7 +198,7 @@ class SimDevice(Device):
         self._stack: list[SimStream] = [self._default]
         self._depth = 0
         self._mode = _OpRecorder(self)
-        self._prepacked_linear = cpu_kernels() == "onednn"
+        self._prepacked_linear = cpu_kernels() == "native"
         self._paused = False
         self._ops: dict[int, _OpInfo] = {}  # by id() of the OpOverload
         self._flop_cache: dict[tuple, float] = {}

@@ -37,7 +37,7 @@ class _OpNames(TorchDispatchMode):
 def test_the_prepacked_forward_gives_the_aten_forwards_logits(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv(CPU_KERNELS_ENV, "aten")
     aten = _logits(load_model("tiny-random"))
-    monkeypatch.setenv(CPU_KERNELS_ENV, "onednn")
+    monkeypatch.setenv(CPU_KERNELS_ENV, "native")
     packed = load_model("tiny-random")
     assert packed.model.layers[0].mlp.gate_up_proj.prepacked and packed.model.prepacked_head
     torch.testing.assert_close(_logits(packed), aten, rtol=1e-5, atol=1e-5)
@@ -74,5 +74,5 @@ def test_a_model_that_ran_prepacked_still_pickles_and_packs_again_after() -> Non
 
 def test_an_unknown_kernel_choice_is_refused_by_name(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv(CPU_KERNELS_ENV, "mkl")
-    with pytest.raises(ValueError, match="PARALLAX_CPU_KERNELS='mkl': expected onednn or aten"):
+    with pytest.raises(ValueError, match="PARALLAX_CPU_KERNELS='mkl': expected native or aten"):
         cpu_kernels()

@@ -1,0 +1,153 @@
+"""The CPU's decode attention: one query token per request against its KV slots, read in place.
+
+torch's path for a decode batch gathers every request's keys and values into a padded copy
+(``index_select``) that ``scaled_dot_product_attention`` then reads again; at batch 16 that was a
+third of a SmolLM2 decode step on one thread (docs/engine.md). ``decode_attention.c`` reads the
+paged cache where it lies, each row once. It is compiled on first use with the machine's C compiler
+(``$CC``, else ``cc``; a fraction of a second) into a cache directory
+(``$PARALLAX_KERNEL_CACHE``, else ``$XDG_CACHE_HOME/parallax/kernels``, else ``~/.cache/...``),
+named by a hash of the source, the flags and the CPU, so a changed source or another CPU builds
+its own copy. Where it cannot be built the engine keeps torch's path and logs why, once.
+
+The kernel is single-threaded, so the model uses it on one torch thread only (with more, torch's
+own kernels share the work between them), for fp32 on the plain CPU, and never under a dispatch
+mode: the GPU simulator times and race-checks aten ops, and this is not one.
+"""
+from __future__ import annotations
+
+import ctypes
+import functools
+import hashlib
+import logging
+import os
+import platform
+import shutil
+import subprocess
+import tempfile
+from pathlib import Path
+
+import torch
+
+log = logging.getLogger(__name__)
+
+SOURCE = Path(__file__).with_name("decode_attention.c")
+CACHE_ENV = "PARALLAX_KERNEL_CACHE"
+# -fopenmp-simd: the `omp simd` loops vectorise (reductions included) without OpenMP's runtime;
+# -fno-math-errno: no errno stores in the vectorised loops. No -ffast-math: it would change the
+# arithmetic everywhere and, linked in, flush denormals for the whole process.
+FLAGS = ("-O3", "-march=native", "-fopenmp-simd", "-fno-math-errno", "-shared", "-fPIC")
+
+
+class KernelUnavailable(RuntimeError):
+    """The kernel could not be built or loaded; the message says why."""
+
+
+def cache_dir() -> Path:
+    if os.environ.get(CACHE_ENV):
+        return Path(os.environ[CACHE_ENV])
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return Path(base) / "parallax" / "kernels"
+
+
+def _cpu_identity() -> str:
+    """What -march=native compiles for: the machine and its CPU's feature flags."""
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith(("flags", "Features")):
+                return platform.machine() + line
+    except OSError:
+        pass
+    return platform.machine() + platform.processor()
+
+
+def build(compiler: str | None = None, directory: Path | None = None) -> Path:
+    """The compiled kernel's path, compiling it if this source, compiler and CPU have none yet.
+    Raises `KernelUnavailable` naming what is missing or what the compiler said."""
+    compiler = compiler or os.environ.get("CC") or "cc"
+    found = shutil.which(compiler)
+    if found is None:
+        raise KernelUnavailable(f"no C compiler {compiler!r} on PATH (set CC)")
+    source = SOURCE.read_bytes()
+    digest = hashlib.sha256(b"\0".join([source, " ".join(FLAGS).encode(), found.encode(),
+                                        _cpu_identity().encode()])).hexdigest()[:16]
+    directory = directory or cache_dir()
+    target = directory / f"decode_attention-{digest}.so"
+    if target.exists():
+        return target
+    try:
+        directory.mkdir(parents=True, exist_ok=True)
+        # Compiled beside the target and renamed: processes building at once each finish a whole
+        # file, and a reader never sees a half-written one.
+        fd, partial = tempfile.mkstemp(prefix=".decode_attention-", suffix=".so", dir=directory)
+        os.close(fd)
+    except OSError as e:
+        raise KernelUnavailable(f"cannot write the kernel cache {directory}: {e} (set {CACHE_ENV})") from e
+    try:
+        result = subprocess.run([found, *FLAGS, "-o", partial, str(SOURCE)], capture_output=True, text=True,
+                                timeout=120)
+        if result.returncode != 0:
+            raise KernelUnavailable(f"{compiler} failed on {SOURCE.name}: {result.stderr.strip()[-2000:]}")
+        os.replace(partial, target)
+    except (OSError, subprocess.TimeoutExpired) as e:
+        raise KernelUnavailable(f"{compiler} could not build {SOURCE.name}: {e}") from e
+    finally:
+        if os.path.exists(partial):
+            os.unlink(partial)
+    return target
+
+
+def load(path: Path) -> ctypes.CDLL:
+    try:
+        library = ctypes.CDLL(str(path))
+    except OSError as e:
+        raise KernelUnavailable(f"cannot load {path}: {e}") from e
+    function = library.parallax_decode_attention
+    function.argtypes = [ctypes.c_void_p] * 6 + [ctypes.c_int64] * 5 + [ctypes.c_float]
+    function.restype = ctypes.c_int
+    return library
+
+
+@functools.cache
+def library() -> ctypes.CDLL | None:
+    """The loaded kernel, built on first use; None (logged once, with the reason) where it cannot be."""
+    try:
+        return load(build())
+    except KernelUnavailable as e:
+        log.warning("decode attention stays on torch's scaled_dot_product_attention: %s", e)
+        return None
+
+
+def applies(q: torch.Tensor, k_cache: torch.Tensor) -> bool:
+    """Whether the kernel takes this decode attention: fp32 on the CPU, one torch thread, built."""
+    return (q.device.type == "cpu" and q.dtype == torch.float32 and k_cache.dtype == torch.float32
+            and torch.get_num_threads() == 1 and library() is not None)
+
+
+def decode_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, kv_indices: torch.Tensor,
+                     kv_lens: torch.Tensor) -> torch.Tensor:
+    """q [B, heads, head_dim]; k_cache, v_cache [slots, kv_heads, head_dim]; kv_indices [B, >= max
+    len] int64, the slots of request b in position order in its first kv_lens[b] entries (the rest
+    are never read). Returns [B, heads * head_dim]. Call only where `applies`."""
+    lib = library()
+    assert lib is not None, "decode_attention called where the kernel does not apply"
+    batch, heads, head_dim = q.shape
+    kv_heads = k_cache.shape[1]
+    if (k_cache.shape != v_cache.shape or k_cache.shape[2] != head_dim or heads % kv_heads
+            or kv_indices.dtype != torch.int64 or kv_lens.dtype != torch.int64 or kv_indices.shape[0] != batch
+            or kv_lens.shape != (batch,) or int(kv_lens.max()) > kv_indices.shape[1] or int(kv_lens.min()) < 1
+            # The kernel reads raw memory: a slot outside the cache must be refused, not read.
+            or int(kv_indices.min()) < 0 or int(kv_indices.max()) >= k_cache.shape[0]):
+        raise ValueError(f"decode_attention: q {tuple(q.shape)}, caches {tuple(k_cache.shape)} / "
+                         f"{tuple(v_cache.shape)}, indices {tuple(kv_indices.shape)} {kv_indices.dtype}, "
+                         f"lengths {kv_lens.tolist()} do not fit together")
+    q = q.contiguous()
+    kv_indices = kv_indices if kv_indices.stride(1) == 1 else kv_indices.contiguous()
+    kv_lens = kv_lens.contiguous()
+    k_cache, v_cache = k_cache.contiguous(), v_cache.contiguous()
+    out = torch.empty((batch, heads * head_dim), dtype=q.dtype)
+    status = lib.parallax_decode_attention(
+        q.data_ptr(), k_cache.data_ptr(), v_cache.data_ptr(), kv_indices.data_ptr(), kv_lens.data_ptr(),
+        out.data_ptr(), batch, heads, kv_heads, head_dim, kv_indices.stride(0), head_dim ** -0.5)
+    if status != 0:
+        raise MemoryError(f"decode_attention: no memory for {heads} x {int(kv_lens.max())} scores")
+    return out
