@@ -19,7 +19,8 @@ import torch
 import torch.nn.functional as F
 from torch.utils.weak import WeakIdKeyDictionary
 
-CPU_KERNELS_ENV = "PARALLAX_CPU_KERNELS"  # "native" (default) or "aten"
+CPU_KERNELS_ENV = "PARALLAX_CPU_KERNELS"  # "native" (default), "onednn" or "aten"
+CHOICES = ("native", "onednn", "aten")
 # oneDNN blocks a prepacked weight for an expected number of rows; the engine's decode batches are
 # tens of rows (prefill chunks of hundreds run faster prepacked too, whatever the hint).
 _ROWS_HINT = 16
@@ -30,12 +31,23 @@ _packed: WeakIdKeyDictionary = WeakIdKeyDictionary()
 
 
 def cpu_kernels() -> str:
-    """The CPU kernels to use: "native" (the prepacked projections, where torch has oneDNN, and the
-    decode-attention kernel, where it builds) or "aten" (torch's own ops throughout)."""
+    """The CPU kernels chosen: "native" (the prepacked projections and the decode-attention kernel),
+    "onednn" (the prepacked projections only) or "aten" (torch's own ops throughout)."""
     choice = os.environ.get(CPU_KERNELS_ENV, "native")
-    if choice not in ("native", "aten"):
-        raise ValueError(f"{CPU_KERNELS_ENV}={choice!r}: expected native or aten")
-    return choice if torch.backends.mkldnn.is_available() else "aten"
+    if choice not in CHOICES:
+        raise ValueError(f"{CPU_KERNELS_ENV}={choice!r}: expected one of {', '.join(CHOICES)}")
+    return choice
+
+
+def prepacked_projections() -> bool:
+    """Whether projections multiply by oneDNN-prepacked weights (chosen, and torch has oneDNN)."""
+    return cpu_kernels() in ("native", "onednn") and torch.backends.mkldnn.is_available()
+
+
+def native_decode_attention() -> bool:
+    """Whether decode attention may use `scheduler_core.decode_attention` (it also checks, per call,
+    that it applies and was built)."""
+    return cpu_kernels() == "native"
 
 
 def applies(x: torch.Tensor, weight: torch.Tensor) -> bool:

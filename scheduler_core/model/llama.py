@@ -19,7 +19,7 @@ from torch import nn
 from torch.utils._python_dispatch import is_in_torch_dispatch_mode
 
 from scheduler_core import decode_attention
-from scheduler_core.cpu_kernels import cpu_kernels, linear
+from scheduler_core.cpu_kernels import linear, native_decode_attention, prepacked_projections
 from scheduler_core.model.config import ModelConfig
 
 
@@ -149,7 +149,7 @@ class Projection(nn.Linear):
 
     def __init__(self, in_features: int, out_features: int) -> None:
         super().__init__(in_features, out_features, bias=False)
-        self.prepacked = cpu_kernels() == "native"
+        self.prepacked = prepacked_projections()
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return project(x, self.weight, self.prepacked)
@@ -219,7 +219,7 @@ class Attention(nn.Module):
         self.split = (q_size, kv_size, kv_size)
         self.qkv_proj = Projection(config.hidden_size, sum(self.split))
         self.o_proj = Projection(q_size, config.hidden_size)
-        self.native_decode = cpu_kernels() == "native"
+        self.native_decode = native_decode_attention()
 
     def forward(self, x: torch.Tensor, batch: ForwardBatch, kv: KVCache, rotary: Rotary) -> torch.Tensor:
         tokens = x.shape[0]
@@ -327,7 +327,7 @@ class LlamaModel(nn.Module):
         self.norm = RMSNorm(config.hidden_size, config.rms_norm_eps)
         self.rotary = Rotary(config.head_dim, config.rope_theta, config.max_context)
         self.lm_head = None if config.tie_word_embeddings else Projection(config.hidden_size, config.vocab_size)
-        self.prepacked_head = cpu_kernels() == "native"  # a tied LM head multiplies by the embedding table
+        self.prepacked_head = prepacked_projections()  # a tied LM head multiplies by the embedding table
 
     @torch.inference_mode()
     def forward(self, batch: ForwardBatch, kv: KVCache, num_layers: int | None = None) -> torch.Tensor:

@@ -33,7 +33,7 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils.flop_counter import flop_registry
 
-from scheduler_core.cpu_kernels import cpu_kernels, linear
+from scheduler_core.cpu_kernels import linear, prepacked_projections
 from scheduler_core.device import DEFAULT_STREAM, Device, Event, Stream
 from scheduler_core.platform import Platform
 from scheduler_core.sim.profile import Profile, load_profile
@@ -198,7 +198,7 @@ class SimDevice(Device):
         self._stack: list[SimStream] = [self._default]
         self._depth = 0
         self._mode = _OpRecorder(self)
-        self._prepacked_linear = cpu_kernels() == "native"
+        self._prepacked_linear = prepacked_projections()
         self._paused = False
         self._ops: dict[int, _OpInfo] = {}  # by id() of the OpOverload
         self._flop_cache: dict[tuple, float] = {}

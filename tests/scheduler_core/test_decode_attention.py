@@ -190,3 +190,11 @@ def test_under_a_dispatch_mode_decode_attention_is_torchs(kernel_calls: list[int
         _decode_logits(loaded)
     assert kernel_calls == []
     assert any("scaled_dot_product" in name for name in mode.names)
+
+
+def test_the_onednn_choice_keeps_the_prepacked_projections_and_torchs_attention(
+        monkeypatch: pytest.MonkeyPatch, kernel_calls: list[int]) -> None:
+    monkeypatch.setenv(CPU_KERNELS_ENV, "onednn")
+    loaded = load_model("tiny-random")
+    _decode_logits(loaded)
+    assert loaded.model.layers[0].self_attn.qkv_proj.prepacked and kernel_calls == []
