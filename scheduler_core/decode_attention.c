@@ -57,13 +57,15 @@ static inline __attribute__((always_inline)) void attend(
         for (int64_t t = 0; t < n; t++) {
             if (t + PREFETCH_ROWS < n) prefetch_row(k_cache, slots[t + PREFETCH_ROWS], row);
             const float* key = k_cache + slots[t] * row;
-            for (int64_t h = 0; h < heads; h++) {
-                const float* kh = key + (h / group) * head_dim;
-                const float* qh = qb + h * head_dim;
-                float dot = 0.0f;
+            for (int64_t kv = 0; kv < kv_heads; kv++) {
+                const float* kh = key + kv * head_dim;
+                for (int64_t h = kv * group; h < (kv + 1) * group; h++) {
+                    const float* qh = qb + h * head_dim;
+                    float dot = 0.0f;
 #pragma omp simd reduction(+ : dot)
-                for (int64_t d = 0; d < head_dim; d++) dot += qh[d] * kh[d];
-                scores[h * n + t] = dot * scale;
+                    for (int64_t d = 0; d < head_dim; d++) dot += qh[d] * kh[d];
+                    scores[h * n + t] = dot * scale;
+                }
             }
         }
         for (int64_t h = 0; h < heads; h++) {
@@ -86,12 +88,14 @@ static inline __attribute__((always_inline)) void attend(
         for (int64_t t = 0; t < n; t++) {
             if (t + PREFETCH_ROWS < n) prefetch_row(v_cache, slots[t + PREFETCH_ROWS], row);
             const float* value = v_cache + slots[t] * row;
-            for (int64_t h = 0; h < heads; h++) {
-                const float* vh = value + (h / group) * head_dim;
-                const float p = scores[h * n + t];
-                float* oh = ob + h * head_dim;
+            for (int64_t kv = 0; kv < kv_heads; kv++) {
+                const float* vh = value + kv * head_dim;
+                for (int64_t h = kv * group; h < (kv + 1) * group; h++) {
+                    const float p = scores[h * n + t];
+                    float* oh = ob + h * head_dim;
 #pragma omp simd
-                for (int64_t d = 0; d < head_dim; d++) oh[d] += p * vh[d];
+                    for (int64_t d = 0; d < head_dim; d++) oh[d] += p * vh[d];
+                }
             }
         }
     }
