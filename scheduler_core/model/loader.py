@@ -13,6 +13,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from scheduler_core.model import cache as model_cache
 from scheduler_core.model.config import ModelConfig
 from scheduler_core.model.llama import LlamaModel
 from scheduler_core.model.tokenizer import TextTokenizer
@@ -112,6 +113,21 @@ _GGUF_LAYER_NAMES = {
 
 
 def load_gguf(path: Path) -> LoadedModel:
+    """A GGUF model, from the model cache (`scheduler_core.model.cache`) when it holds this file."""
+    loader_source = Path(__file__).read_bytes()
+    cached = model_cache.read(path, loader_source)
+    if cached is not None:
+        config, tokenizer, state = cached
+        model = LlamaModel(config)
+        model.load_state_dict(state, strict=True)
+        return LoadedModel(model=model, config=config, tokenizer=tokenizer, source=str(path))
+    loaded = parse_gguf(path)
+    model_cache.write(path, loader_source, loaded.config, loaded.tokenizer, loaded.model.state_dict())
+    return loaded
+
+
+def parse_gguf(path: Path) -> LoadedModel:
+    """A GGUF model read from the file itself: metadata, tokenizer, dequantized weights."""
     from gguf import GGUFReader
     from gguf.quants import dequantize
 
