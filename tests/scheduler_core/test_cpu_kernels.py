@@ -6,11 +6,11 @@ import pickle
 
 import pytest
 import torch
-from torch.utils._python_dispatch import TorchDispatchMode
 
 from scheduler_core.cpu_kernels import CPU_KERNELS_ENV, cpu_kernels
 from scheduler_core.model.llama import ForwardBatch, KVCache
 from scheduler_core.model.loader import LoadedModel, load_model
+from tests.support.op_names import OpNames
 
 pytestmark = pytest.mark.skipif(not torch.backends.mkldnn.is_available(), reason="torch without oneDNN")
 
@@ -23,15 +23,6 @@ def _logits(loaded: LoadedModel) -> torch.Tensor:
                                torch.device("cpu"))
     return loaded.model(batch, kv)
 
-
-class _OpNames(TorchDispatchMode):
-    def __init__(self) -> None:
-        super().__init__()
-        self.names: list[str] = []
-
-    def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # type: ignore[no-untyped-def]
-        self.names.append(str(func))
-        return func(*args, **(kwargs or {}))
 
 
 def test_the_prepacked_forward_gives_the_aten_forwards_logits(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -51,7 +42,7 @@ def test_a_weight_changed_in_place_is_packed_again() -> None:
             layer.mlp.down_proj.weight.mul_(-3.0)
     after = _logits(loaded)
     assert not torch.allclose(after, before)
-    with _OpNames():  # the same model through the aten ops: the reference for the new weights
+    with OpNames():  # the same model through the aten ops: the reference for the new weights
         reference = _logits(loaded)
     torch.testing.assert_close(after, reference, rtol=1e-5, atol=1e-5)
 
@@ -59,7 +50,7 @@ def test_a_weight_changed_in_place_is_packed_again() -> None:
 def test_under_a_dispatch_mode_the_forward_runs_only_aten_ops() -> None:
     loaded = load_model("tiny-random")
     _logits(loaded)  # packed already: the mode must still see the plain matmuls
-    with _OpNames() as mode:
+    with OpNames() as mode:
         _logits(loaded)
     assert "aten.linear.default" in mode.names
     assert not [name for name in mode.names if "mkldnn" in name]

@@ -10,13 +10,13 @@ from pathlib import Path
 import pytest
 import torch
 import torch.nn.functional as F
-from torch.utils._python_dispatch import TorchDispatchMode
 
 from scheduler_core import decode_attention
 from scheduler_core.cpu_kernels import CPU_KERNELS_ENV
 from scheduler_core.decode_attention import KernelUnavailable, build
 from scheduler_core.model.llama import ForwardBatch, KVCache
 from scheduler_core.model.loader import LoadedModel, load_model
+from tests.support.op_names import OpNames
 
 
 @pytest.fixture(autouse=True)
@@ -150,15 +150,6 @@ def _decode_logits(loaded: LoadedModel) -> torch.Tensor:
     return loaded.model(decode, kv)
 
 
-class _OpNames(TorchDispatchMode):
-    def __init__(self) -> None:
-        super().__init__()
-        self.names: list[str] = []
-
-    def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # type: ignore[no-untyped-def]
-        self.names.append(str(func))
-        return func(*args, **(kwargs or {}))
-
 
 @pytest.fixture
 def kernel_calls(monkeypatch: pytest.MonkeyPatch) -> list[int]:
@@ -186,7 +177,7 @@ def test_the_models_decode_step_uses_the_kernel_and_gives_the_aten_forwards_logi
 
 def test_under_a_dispatch_mode_decode_attention_is_torchs(kernel_calls: list[int]) -> None:
     loaded = load_model("tiny-random")
-    with _OpNames() as mode:
+    with OpNames() as mode:
         _decode_logits(loaded)
     assert kernel_calls == []
     assert any("scaled_dot_product" in name for name in mode.names)
