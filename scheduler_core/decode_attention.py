@@ -11,7 +11,10 @@ its own copy. Where it cannot be built the engine keeps torch's path and logs wh
 
 The kernel is single-threaded, so the model uses it on one torch thread only (with more, torch's
 own kernels share the work between them), for fp32 on the plain CPU, and never under a dispatch
-mode: the GPU simulator times and race-checks aten ops, and this is not one.
+mode: the GPU simulator times and race-checks aten ops, and this is not one. The simulator sees the
+gather and ``scaled_dot_product_attention`` instead, and computes a decode batch's attention with
+this kernel over the gathered rows (`gathered_decode_attention`): the same rows in the same order,
+so its values are the plain run's, bit for bit.
 """
 from __future__ import annotations
 
@@ -151,3 +154,30 @@ def decode_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tens
     if status != 0:
         raise MemoryError(f"decode_attention: no memory for {heads} x {int(kv_lens.max())} scores")
     return out
+
+
+def gathered_decode_attention(q: torch.Tensor, keys: torch.Tensor, values: torch.Tensor,
+                              attn_mask: torch.Tensor | None) -> torch.Tensor | None:
+    """``scaled_dot_product_attention(q, keys, values, attn_mask, enable_gqa=True)`` computed by the
+    kernel, where the operands are a decode batch as the model's torch path builds it: q
+    [B, heads, 1, head_dim]; keys and values [B, kv_heads, S, head_dim], transposed views of gathered
+    [B, S, kv_heads, head_dim] rows; a boolean [B, 1, 1, S] mask that keeps each request's first
+    keys. Returns SDPA's [B, heads, 1, head_dim], or None where the operands are anything else (or
+    the kernel does not apply), for the caller to run SDPA itself."""
+    if (attn_mask is None or attn_mask.dtype != torch.bool or q.dim() != 4 or q.shape[2] != 1
+            or keys.dim() != 4 or keys.shape != values.shape or attn_mask.shape != (q.shape[0], 1, 1, keys.shape[2])
+            or not applies(q, keys)):
+        return None
+    batch, heads, _, head_dim = q.shape
+    span = keys.shape[2]
+    rows_k, rows_v = keys.transpose(1, 2), values.transpose(1, 2)  # [B, S, kv_heads, head_dim]
+    if not (rows_k.is_contiguous() and rows_v.is_contiguous()):
+        return None
+    mask = attn_mask.view(batch, span)
+    lens = mask.sum(-1)
+    if not torch.equal(mask, torch.arange(span)[None, :] < lens[:, None]) or int(lens.min()) < 1:
+        return None
+    slots = torch.arange(batch * span).view(batch, span)
+    out = decode_attention(q.reshape(batch, heads, head_dim), rows_k.view(batch * span, -1, head_dim),
+                           rows_v.view(batch * span, -1, head_dim), slots, lens)
+    return out.view(batch, 1, heads, head_dim).transpose(1, 2)

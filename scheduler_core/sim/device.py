@@ -33,7 +33,8 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils.flop_counter import flop_registry
 
-from scheduler_core.cpu_kernels import linear, prepacked_projections
+from scheduler_core.cpu_kernels import linear, native_decode_attention, prepacked_projections
+from scheduler_core.decode_attention import gathered_decode_attention
 from scheduler_core.device import DEFAULT_STREAM, Device, Event, Stream
 from scheduler_core.platform import Platform
 from scheduler_core.sim.profile import Profile, load_profile
@@ -52,6 +53,9 @@ _expired = torch.UntypedStorage._expired
 _free_weak_ref = torch.UntypedStorage._free_weak_ref
 # Computed with the plain CPU run's prepacked kernel (scheduler_core.cpu_kernels), timed as itself.
 _LINEAR = torch.ops.aten.linear.default
+# A decode batch's attention: computed with the plain run's decode-attention kernel, timed as itself.
+_SDPA = torch.ops.aten.scaled_dot_product_attention.default
+_GQA = {"enable_gqa": True}  # the model's call; the mask arrives positionally
 # Ops that only read a value into Python (``int(t)``) or only describe a tensor: no device work.
 _IGNORED = {torch.ops.aten._local_scalar_dense.default, torch.ops.aten.lift_fresh.default,
             torch.ops.aten.detach.default, torch.ops.aten.alias.default}
@@ -126,9 +130,12 @@ class _OpRecorder(TorchDispatchMode):
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # type: ignore[override]
         dev = self.device
         start = time.perf_counter() if dev._measure_host else 0.0
+        out = None
         if func is _LINEAR and dev._prepacked_linear and not kwargs and len(args) == 2:
             out = linear(*args)  # the plain CPU run's kernel: its values, its speed
-        else:
+        elif func is _SDPA and dev._native_attention and len(args) == 4 and kwargs == _GQA:
+            out = gathered_decode_attention(*args)  # (q, keys, values, mask); None: not a decode batch
+        if out is None:
             # func._op is what OpOverload.__call__ calls: one Python frame less per op.
             out = func._op(*args, **kwargs) if kwargs else func._op(*args)
         if not dev._paused:
@@ -199,6 +206,7 @@ class SimDevice(Device):
         self._depth = 0
         self._mode = _OpRecorder(self)
         self._prepacked_linear = prepacked_projections()
+        self._native_attention = native_decode_attention()
         self._paused = False
         self._ops: dict[int, _OpInfo] = {}  # by id() of the OpOverload
         self._flop_cache: dict[tuple, float] = {}

@@ -14,8 +14,8 @@ import torch.nn.functional as F
 from scheduler_core import decode_attention
 from scheduler_core.cpu_kernels import CPU_KERNELS_ENV
 from scheduler_core.decode_attention import KernelUnavailable, build
-from scheduler_core.model.llama import ForwardBatch, KVCache
-from scheduler_core.model.loader import LoadedModel, load_model
+from scheduler_core.model.loader import load_model
+from tests.support.decode_step import decode_logits
 from tests.support.op_names import OpNames
 
 
@@ -138,19 +138,6 @@ def test_more_than_one_torch_thread_keeps_torchs_parallel_path() -> None:
     assert not decode_attention.applies(q, k)
 
 
-def _decode_logits(loaded: LoadedModel) -> torch.Tensor:
-    """Two prompts prefilled (5 and 3 tokens), then one decode step of both: its logits."""
-    kv = KVCache(loaded.config, 16, torch.float32, torch.device("cpu"))
-    slots = [torch.arange(1, 6), torch.arange(6, 9)]
-    prefill = ForwardBatch.build([3, 7, 11, 13, 17, 19, 23, 29], [0, 0], [5, 3], slots, torch.cat(slots),
-                                 torch.device("cpu"))
-    loaded.model(prefill, kv)
-    step = [torch.cat([slots[0], torch.tensor([9])]), torch.cat([slots[1], torch.tensor([10])])]
-    decode = ForwardBatch.build([31, 37], [5, 3], [1, 1], step, torch.tensor([9, 10]), torch.device("cpu"))
-    return loaded.model(decode, kv)
-
-
-
 @pytest.fixture
 def kernel_calls(monkeypatch: pytest.MonkeyPatch) -> list[int]:
     calls: list[int] = []
@@ -167,10 +154,10 @@ def kernel_calls(monkeypatch: pytest.MonkeyPatch) -> list[int]:
 def test_the_models_decode_step_uses_the_kernel_and_gives_the_aten_forwards_logits(
         monkeypatch: pytest.MonkeyPatch, kernel_calls: list[int]) -> None:
     monkeypatch.setenv(CPU_KERNELS_ENV, "aten")
-    aten = _decode_logits(load_model("tiny-random"))
+    aten = decode_logits(load_model("tiny-random"))
     assert kernel_calls == []
     monkeypatch.setenv(CPU_KERNELS_ENV, "native")
-    native = _decode_logits(load_model("tiny-random"))
+    native = decode_logits(load_model("tiny-random"))
     assert kernel_calls and set(kernel_calls) == {2}  # each layer's decode attention, both requests
     torch.testing.assert_close(native, aten, rtol=1e-5, atol=1e-5)
 
@@ -178,7 +165,7 @@ def test_the_models_decode_step_uses_the_kernel_and_gives_the_aten_forwards_logi
 def test_under_a_dispatch_mode_decode_attention_is_torchs(kernel_calls: list[int]) -> None:
     loaded = load_model("tiny-random")
     with OpNames() as mode:
-        _decode_logits(loaded)
+        decode_logits(loaded)
     assert kernel_calls == []
     assert any("scaled_dot_product" in name for name in mode.names)
 
@@ -187,5 +174,5 @@ def test_the_onednn_choice_keeps_the_prepacked_projections_and_torchs_attention(
         monkeypatch: pytest.MonkeyPatch, kernel_calls: list[int]) -> None:
     monkeypatch.setenv(CPU_KERNELS_ENV, "onednn")
     loaded = load_model("tiny-random")
-    _decode_logits(loaded)
+    decode_logits(loaded)
     assert loaded.model.layers[0].self_attn.qkv_proj.prepacked and kernel_calls == []

@@ -4,14 +4,18 @@ from __future__ import annotations
 
 import dataclasses
 from collections import Counter
+from collections.abc import Iterator
 
+import pytest
 import torch
 
 from scheduler_core.cpu_kernels import linear
+from scheduler_core.model.loader import load_model
 from scheduler_core.platform import DEFAULT_POLICIES, Platform
 from scheduler_core.sim.device import SimDevice
 from scheduler_core.sim.measure import run_reference
 from scheduler_core.sim.profile import load_profile
+from tests.support.decode_step import decode_logits
 
 from .conftest import SMALL
 
@@ -48,3 +52,24 @@ def test_rotary_gathers_are_device_work_in_the_normal_loop_too(tiny) -> None:
     gathers = Counter(s.name for s in run.device.timeline.spans if s.track == "default")["index.Tensor"]
     forwards = SMALL.output_len  # one prefill and output_len - 1 decode steps
     assert gathers >= 4 * tiny.config.num_layers * forwards    # cos and sin, for q and for k, in every layer
+
+
+@pytest.fixture
+def one_thread() -> Iterator[None]:  # where the plain run's decode attention is the C kernel
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+def test_a_simulated_decode_step_computes_the_plain_runs_logits_bit_for_bit(one_thread: None) -> None:
+    loaded = load_model("tiny-random")
+    plain = decode_logits(loaded)
+    device = SimDevice(Platform("sim", SLOW_MATMUL.name), SLOW_MATMUL)
+    for t in [*loaded.model.parameters(), *loaded.model.buffers()]:
+        device.mark_device(t)
+    with device.stream(device.new_stream("forward")):
+        simulated = decode_logits(loaded)
+    assert torch.equal(simulated, plain)
+    names = Counter(s.name for s in device.timeline.spans)
+    assert names["scaled_dot_product_attention"] == 2 * loaded.config.num_layers  # prefill and decode, timed as themselves
