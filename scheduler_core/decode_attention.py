@@ -114,7 +114,13 @@ def load(path: Path) -> ctypes.CDLL:
 def library() -> ctypes.CDLL | None:
     """The loaded kernel, built on first use; None (logged once, with the reason) where it cannot be."""
     try:
-        return load(build())
+        path = build()
+        try:
+            return load(path)
+        except KernelUnavailable as e:  # a damaged file in the cache (a full disk, a crash): build it again
+            log.warning("%s; building it again", e)
+            path.unlink(missing_ok=True)
+            return load(build())
     except KernelUnavailable as e:
         log.warning("decode attention stays on torch's scaled_dot_product_attention: %s", e)
         return None

@@ -112,6 +112,15 @@ def test_the_kernel_is_built_once_per_source_and_kept(rebuilt: Path, monkeypatch
     assert sorted(p.name for p in rebuilt.iterdir()) == sorted([first.name, build().name])  # no partial files
 
 
+def test_a_damaged_cached_kernel_is_built_again(rebuilt: Path, caplog: pytest.LogCaptureFixture) -> None:
+    path = build()
+    path.write_bytes(b"not a shared object")
+    with caplog.at_level(logging.WARNING, logger="scheduler_core.decode_attention"):
+        assert decode_attention.library() is not None
+    assert f"cannot load {path}" in caplog.text and "building it again" in caplog.text
+    assert path.read_bytes()[:4] == b"\x7fELF"
+
+
 def test_a_missing_compiler_keeps_torchs_path_and_says_why(rebuilt: Path, monkeypatch: pytest.MonkeyPatch,
                                                           caplog: pytest.LogCaptureFixture) -> None:
     monkeypatch.setenv("CC", "no-such-cc")
