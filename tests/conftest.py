@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import shutil
 import sys
+import tempfile
 from pathlib import Path
 from typing import Iterator
 
@@ -26,7 +27,17 @@ pytest_plugins = ["tests.support.examples"]
 
 def pytest_configure(config: pytest.Config) -> None:
     """Under pytest-xdist (`make test` runs a worker per core) each worker and the jobs it starts
-    get one BLAS/OpenMP thread: two workers with a thread per core each would oversubscribe."""
+    get one BLAS/OpenMP thread: two workers with a thread per core each would oversubscribe.
+
+    Parsed GGUF models go to a model cache of this run's own (`PARALLAX_MODEL_CACHE`, unless set),
+    made before the workers start so they and the jobs they run share it, and removed at the end:
+    tests neither read nor fill the user's cache."""
+    # scheduler_core.model.cache.CACHE_ENV, spelled out: importing it here would import torch in
+    # every worker before its first test needs it.
+    if not hasattr(config, "workerinput") and "PARALLAX_MODEL_CACHE" not in os.environ:
+        run_cache = tempfile.mkdtemp(prefix="parallax-test-models-")
+        os.environ["PARALLAX_MODEL_CACHE"] = run_cache
+        config.add_cleanup(lambda: shutil.rmtree(run_cache, ignore_errors=True))
     if hasattr(config, "workerinput"):
         for name in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS"):
             os.environ.setdefault(name, "1")

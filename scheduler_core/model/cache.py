@@ -5,7 +5,8 @@ on a runner, every test): `gguf`'s reader parses the 100,000 tokenizer strings o
 quantized blocks are dequantized and the projections fused. The result is kept as one directory
 per GGUF file, ``config.json``, ``tokenizer.json`` and ``weights.safetensors``, which loads in about
 a second. An entry is named by the GGUF file's path, size and modification time and by the source
-of the modules that build a model from it, so a replaced file or a changed loader is parsed again.
+of the modules that build a model from it, so a replaced file or a changed loader is parsed again;
+writing an entry removes the entries of older files or loaders of the same file name.
 
 ``PARALLAX_MODEL_CACHE`` names the directory (default ``$XDG_CACHE_HOME/parallax/models``, else
 ``~/.cache/parallax/models``); ``off`` turns the cache off. A cache that cannot be written or read
@@ -102,6 +103,10 @@ def write(gguf: Path, loader_source: bytes, config: ModelConfig, tokenizer: Text
         save_file({name: t.contiguous() for name, t in state.items()}, str(partial / "weights.safetensors"))
         os.rename(partial, entry)
         partial = None
+        # The same file's entries for an older loader or an older copy of the file: never read again.
+        for stale in root.glob(f"{gguf.stem}-*"):
+            if stale != entry and stale.is_dir():
+                shutil.rmtree(stale, ignore_errors=True)
     except OSError as exc:
         if not entry.is_dir():
             log.warning("model cache %s not written (%s); the next load reads %s again (set %s)", root, exc, gguf,

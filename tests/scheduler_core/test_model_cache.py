@@ -72,6 +72,7 @@ def test_a_replaced_file_is_parsed_again(cache: Path, tiny_gguf: Path, parses: l
     os.utime(tiny_gguf, ns=(1, 1))  # another modification time even on a coarse-clocked filesystem
     again = load_model(str(tiny_gguf))
     assert len(parses) == 2 and again.config.name == "tiny-gguf-2"
+    assert len(list(cache.iterdir())) == 1  # the old file's entry went with the new one's write
 
 
 def test_a_damaged_entry_is_named_parsed_around_and_replaced(
