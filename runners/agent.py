@@ -175,7 +175,9 @@ def kill_leftover_job(work_dir: Path) -> str | None:
         return None
     try:
         data = json.loads(path.read_text())
-        pgid = int(data["pgid"])
+        # None: the runner died between recording the job and recording its process group, so
+        # the job's processes are found by their environment alone.
+        pgid = None if data["pgid"] is None else int(data["pgid"])
     except (ValueError, KeyError, TypeError):
         path.unlink(missing_ok=True)
         return None
@@ -187,7 +189,7 @@ def kill_leftover_job(work_dir: Path) -> str | None:
     victims = []
     for proc in psutil.process_iter():
         try:
-            if os.getpgid(proc.pid) != pgid:
+            if pgid is not None and os.getpgid(proc.pid) != pgid:
                 continue
             if proc.environ().get("PARALLAX_RESULTS", "").startswith(str(work_dir) + os.sep):
                 victims.append(proc)
@@ -200,7 +202,8 @@ def kill_leftover_job(work_dir: Path) -> str | None:
             pass
     path.unlink(missing_ok=True)
     if victims:
-        return f"killed {len(victims)} leftover process(es) of job {data.get('job_id')} (group {pgid})"
+        group = f"group {pgid}" if pgid is not None else "found by environment"
+        return f"killed {len(victims)} leftover process(es) of job {data.get('job_id')} ({group})"
     return None
 
 
@@ -522,6 +525,11 @@ class Agent:
             record = {"pgid": proc.pid, "job_id": state.job_id, "attempt": state.attempt,
                       "create_time": _create_time(proc.pid)}
             write_private(self.work_dir / RUNNING_FILE, json.dumps(record))
+
+        # Recorded before the start too: a runner killed before `started` has run (a loaded
+        # machine can take that long) still leaves the next start a record to clean up after.
+        write_private(self.work_dir / RUNNING_FILE,
+                      json.dumps({"pgid": None, "job_id": state.job_id, "attempt": state.attempt}))
 
         outcome = execute.run(argv, cwd=worktree, env=env, timeout_s=timeout_s, output=output or shipper.write,
                               interrupt=lambda: self.interrupt_reason(state),

@@ -2,13 +2,18 @@
 cancellation. SQLite (the core flow covers PostgreSQL), except NUL output, a PostgreSQL-only fault)."""
 from __future__ import annotations
 
+import json
+import os
 import signal
 import subprocess
+import sys
 import threading
 import time
 
+import psutil
 import pytest
 
+from runners.agent import RUNNING_FILE, kill_leftover_job
 from tests.support.runner_harness import PARALLAX, Harness, pid_alive, wait_for
 
 # Each stages a fault through real processes and waits on real timeouts (4-16 s each).
@@ -216,3 +221,28 @@ def test_a_runner_that_cannot_register_stops_at_the_first_signal(harness: Harnes
     assert proc.wait(30) == 0   # a stop, at once: not the 80 s of a grace period meant for a running job
     reader.join(5)
     assert any("stopped while starting: registration failed" in line for line in lines), lines
+
+
+def test_a_job_recorded_before_its_process_group_is_cleaned_up_by_environment_only(tmp_path) -> None:
+    """A runner killed between recording a job and recording its process group (a loaded machine
+    can take that long) leaves `pgid: null`: the next start still ends the job's processes, found by
+    their environment, and no other process."""
+    work = tmp_path / "work-r1"
+    work.mkdir()
+    (work / RUNNING_FILE).write_text(json.dumps({"pgid": None, "job_id": 7, "attempt": 1}))
+    sleeper = [sys.executable, "-c", "import time; time.sleep(600)"]
+    job = subprocess.Popen(sleeper, env=dict(os.environ, PARALLAX_RESULTS=str(work / "results" / "r.json")),
+                           start_new_session=True)
+    bystander = subprocess.Popen(sleeper, env=dict(os.environ, PARALLAX_RESULTS=str(tmp_path / "other" / "r.json")),
+                                 start_new_session=True)
+    try:
+        for proc in (job, bystander):  # the environment /proc shows is the child's once it has exec'd
+            wait_for(lambda p=proc: "PARALLAX_RESULTS" in psutil.Process(p.pid).environ(), 10, "the process to start")
+        assert kill_leftover_job(work) == "killed 1 leftover process(es) of job 7 (found by environment)"
+        assert job.wait(10) == -signal.SIGKILL
+        assert bystander.poll() is None and not (work / RUNNING_FILE).exists()
+    finally:
+        for proc in (job, bystander):
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
