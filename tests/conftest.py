@@ -51,6 +51,18 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     items.sort(key=lambda item: item.get_closest_marker("slow") is None)
 
 
+@pytest.fixture
+def one_torch_thread() -> Iterator[None]:
+    """torch on one thread for the test, where the CPU engine's decode attention is the C kernel
+    (scheduler_core.decode_attention); the thread count is restored after."""
+    import torch  # here, not at the top: workers must not import torch before pytest_configure sets threads
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
 def _postgres_admin_url() -> str:
     return os.environ.get("PARALLAX_TEST_DATABASE_URL") or DEFAULT_PG
 

@@ -18,13 +18,7 @@ from scheduler_core.model.loader import load_model
 from tests.support.decode_step import decode_logits
 from tests.support.op_names import OpNames
 
-
-@pytest.fixture(autouse=True)
-def one_thread() -> Iterator[None]:
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 @pytest.fixture

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import dataclasses
 from collections import Counter
-from collections.abc import Iterator
 
 import pytest
 import torch
@@ -54,15 +53,8 @@ def test_rotary_gathers_are_device_work_in_the_normal_loop_too(tiny) -> None:
     assert gathers >= 4 * tiny.config.num_layers * forwards    # cos and sin, for q and for k, in every layer
 
 
-@pytest.fixture
-def one_thread() -> Iterator[None]:  # where the plain run's decode attention is the C kernel
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
-
-
-def test_a_simulated_decode_step_computes_the_plain_runs_logits_bit_for_bit(one_thread: None) -> None:
+@pytest.mark.usefixtures("one_torch_thread")  # where the plain run's decode attention is the C kernel
+def test_a_simulated_decode_step_computes_the_plain_runs_logits_bit_for_bit() -> None:
     loaded = load_model("tiny-random")
     plain = decode_logits(loaded)
     device = SimDevice(Platform("sim", SLOW_MATMUL.name), SLOW_MATMUL)
