@@ -3,7 +3,9 @@
 - ``CudaDevice`` wraps ``torch.cuda`` and serves CUDA and ROCm (``torch.cuda`` is HIP there).
 - ``CpuDevice`` has no-op streams and events: CPU work is synchronous, so every ordering request is
   already satisfied and every event is complete when recorded. It still tracks the current stream,
-  so code (and ``RecordingDevice``) sees which stream a copy was issued on.
+  so code (and ``RecordingDevice``) sees which stream a copy was issued on. Its clock is the wall
+  clock, or with ``PARALLAX_HOST_CLOCK=process`` the process's CPU time (a runner on a shared
+  machine: time its job was not running, preempted by other work, is not counted).
 - ``RecordingDevice`` wraps another device and appends a ``Call`` for every action (stream
   creation, entering/leaving a stream, ``wait_stream``, events, copies with the stream they ran on,
   pinned allocations) to ``calls``, for tests of the sync policy.
@@ -13,6 +15,7 @@
 from __future__ import annotations
 
 import itertools
+import os
 import threading
 import time
 from abc import ABC, abstractmethod
@@ -25,6 +28,17 @@ import torch
 from scheduler_core.platform import Platform, PlatformError
 
 DEFAULT_STREAM = "default"
+HOST_CLOCK_ENV = "PARALLAX_HOST_CLOCK"
+HOST_CLOCKS = {"wall": time.perf_counter, "process": time.process_time}
+
+
+def host_clock(name: str | None = None) -> str:
+    """The CPU device's clock: ``name``, else $PARALLAX_HOST_CLOCK, else ``wall``; refused by name."""
+    chosen = name if name is not None else (os.environ.get(HOST_CLOCK_ENV, "").strip() or "wall")
+    if chosen not in HOST_CLOCKS:
+        raise PlatformError(f"{HOST_CLOCK_ENV}={chosen!r} is not a host clock; expected one of "
+                            f"{', '.join(HOST_CLOCKS)}")
+    return chosen
 
 
 class Event(ABC):
@@ -262,9 +276,11 @@ class CpuStream(Stream):
 class CpuDevice(Device):
     """The host as a device: synchronous work, so streams only name where work was issued."""
 
-    def __init__(self, platform: Platform | None = None) -> None:
+    def __init__(self, platform: Platform | None = None, clock: str | None = None) -> None:
         self.platform = platform or Platform("cpu")
         self.torch_device = torch.device("cpu")
+        self.clock = host_clock(clock)
+        self._now = HOST_CLOCKS[self.clock]
         self._default = CpuStream(DEFAULT_STREAM)
         self._local = threading.local()
 
@@ -309,6 +325,10 @@ class CpuDevice(Device):
 
     def record_stream(self, tensor: torch.Tensor, s: Stream) -> None:
         pass
+
+    def now(self) -> float:
+        """The wall clock, or the process's CPU time (``clock == "process"``)."""
+        return self._now()
 
 
 # -------------------------------------------------------------------------------------- recording

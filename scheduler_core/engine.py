@@ -10,7 +10,7 @@ from typing import Callable, Sequence
 import torch
 
 from scheduler_core.batch import FinishReason, Req
-from scheduler_core.device import Device
+from scheduler_core.device import CpuDevice, Device
 from scheduler_core.disagg import BACKENDS, run_distributed, run_inproc
 from scheduler_core.grammar import Grammar, GrammarBackend
 from scheduler_core.model.loader import LoadedModel, load_model
@@ -100,7 +100,9 @@ class Engine:
                 "overlap": self.overlap, "disaggregation": self.disaggregation,
                 "num_threads": torch.get_num_threads(), **self.sync_policy.as_context(),
                 # only when on, so the context (and the series it keys) of every other run is unchanged
-                **({"speculative": dataclasses.asdict(c.speculative)} if c.speculative is not None else {})}
+                **({"speculative": dataclasses.asdict(c.speculative)} if c.speculative is not None else {}),
+                **({"clock": "process"} if isinstance(self.streams, CpuDevice) and self.streams.clock == "process"
+                   else {})}
 
     def flush_cache(self) -> None:
         """Drop every unlocked prefix-cache entry (between benchmark repeats)."""

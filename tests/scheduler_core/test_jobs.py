@@ -54,6 +54,20 @@ def test_decode_throughput_one_batch(results) -> None:
     assert doc["context"]["batch_size"] == 3 and doc["context"]["mode"] == "one-batch"
 
 
+def test_decode_throughput_on_the_process_clock_says_so_in_its_context(results, monkeypatch) -> None:
+    monkeypatch.setenv("PARALLAX_HOST_CLOCK", "process")
+    decode_throughput.main(["--model", "tiny-random", "--mode", "one-batch", "--batch-size", "2",
+                            "--input-len", "8", "--output-len", "4"])
+    assert _load(results)["context"]["clock"] == "process"
+
+
+def test_decode_throughput_on_the_wall_clock_keeps_its_context_unchanged(results, monkeypatch) -> None:
+    monkeypatch.setenv("PARALLAX_HOST_CLOCK", "wall")
+    decode_throughput.main(["--model", "tiny-random", "--mode", "one-batch", "--batch-size", "2",
+                            "--input-len", "8", "--output-len", "4"])
+    assert "clock" not in _load(results)["context"]
+
+
 def test_gsm8k_job_writes_items(results) -> None:
     if not GSM8K_DIR.is_dir():
         pytest.skip(f"GSM8k data not found at {GSM8K_DIR}")

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import threading
+import time
 
 import pytest
 import torch
@@ -77,6 +78,39 @@ def test_cpu_copy_writes_the_destination():
     dst = torch.zeros(2)
     device.copy_(dst, torch.ones(2))
     assert dst.tolist() == [1.0, 1.0]
+
+
+def test_cpu_clock_is_the_wall_clock_by_default(monkeypatch):
+    monkeypatch.delenv("PARALLAX_HOST_CLOCK", raising=False)
+    device = CpuDevice()
+    start = device.now()
+    time.sleep(0.05)
+    assert device.clock == "wall" and device.now() - start >= 0.05
+
+
+def test_cpu_process_clock_does_not_count_time_the_process_was_not_running(monkeypatch):
+    monkeypatch.setenv("PARALLAX_HOST_CLOCK", "process")
+    device = CpuDevice()
+    start, wall = device.now(), time.perf_counter()
+    time.sleep(0.2)
+    assert device.clock == "process"
+    assert device.now() - start < 0.5 * (time.perf_counter() - wall)
+
+
+def test_cpu_process_clock_counts_work():
+    device = CpuDevice(clock="process")
+    start = device.now()
+    deadline = time.process_time() + 0.05
+    while time.process_time() < deadline:
+        pass
+    assert device.now() - start >= 0.05
+
+
+def test_an_unknown_host_clock_is_refused_by_name(monkeypatch):
+    monkeypatch.setenv("PARALLAX_HOST_CLOCK", "cpu-cycles")
+    with pytest.raises(PlatformError, match=r"PARALLAX_HOST_CLOCK='cpu-cycles' is not a host clock; expected one "
+                                            r"of wall, process"):
+        CpuDevice()
 
 
 def test_cpu_pinning_is_plain_host_memory():
