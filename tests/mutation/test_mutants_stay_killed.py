@@ -88,7 +88,7 @@ MUTANTS = (
            ("tests/pulls/test_pull_commands.py::test_command_from_a_non_member_changes_nothing_and_gets_a_reply[sqlite]",)),
     Mutant("pulls: a pair's jobs are not pinned to one runner", "app/pulls/comparisons.py",
            "if job.pull_request_id is None or job.runner_id is None:", "if True:",
-           ("tests/pulls/test_pull_verdicts.py::test_base_and_head_of_a_platform_run_interleaved_on_one_runner[sqlite]",)),
+           ("tests/pulls/test_pull_verdicts.py::test_a_pairs_later_jobs_wait_for_the_runner_that_took_its_first[sqlite]",)),
     Mutant("notify: webhooks go out unsigned", "app/notify/sender.py",
            'headers["X-Parallax-Signature-256"] = signature(spec.secret, raw)', "pass",
            ("tests/notify/test_delivery.py::test_an_opened_alert_sends_exactly_one_signed_webhook[sqlite]",)),

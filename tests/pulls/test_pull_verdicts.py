@@ -7,6 +7,7 @@ from sqlalchemy import func, select
 from app.core.models import Job, JobState, PullRequestWrite
 from tests.support.github import REPO_NAME
 from tests.support.pull_runners import Fleet, NoiseModel
+from tests.support.service_api import claim, register
 
 CHECKS = "/check-runs"
 
@@ -96,6 +97,26 @@ def test_base_and_head_of_a_platform_run_interleaved_on_one_runner(service, bran
         assert len({j["runner_id"] for j in rocm}) == 1, rocm
         ordered = sorted(rocm, key=lambda j: j["id"])
         assert [j["side"] for j in ordered] == ["base", "head"] * (len(ordered) // 2)
+
+
+def test_a_pairs_later_jobs_wait_for_the_runner_that_took_its_first(service, branch):
+    """Claims in a fixed order, no threads: a second runner of the platform takes everything it
+    may, and none of it is the first runner's pair (the Fleet test above only sees a split when
+    both of its threads happen to claim)."""
+    base, head = branch()
+    first = register(service.client, service.app, "rocm", name="rocm-first")
+    second = register(service.client, service.app, "rocm", name="rocm-second")
+    service.open_pr("opened", head, base)
+    taken = claim(service.client, first)
+    assert taken.status_code == 200, taken.get_data(as_text=True)
+    job = taken.get_json()["job"]
+    drained = []
+    while (response := claim(service.client, second)).status_code == 200:
+        drained.append(response.get_json()["job"])
+    assert drained, "the second runner found no other pair to measure"
+    assert not [j for j in drained if j["suite"] == job["suite"]], (job, drained)
+    follow = claim(service.client, first)
+    assert follow.status_code == 200 and follow.get_json()["job"]["suite"] == job["suite"]
 
 
 def test_three_synchronize_events_keep_one_comment_edited_in_place(service, github, branch, upstream):
