@@ -2,6 +2,7 @@
 the app, a real HTTP server on loopback, and temporary git repositories."""
 from __future__ import annotations
 
+import gc
 import os
 import shutil
 import sys
@@ -49,6 +50,15 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """Slow tests first (a stable sort): workers take the longest tests while the short ones
     are still there to fill the gaps, instead of one worker finishing the demo alone."""
     items.sort(key=lambda item: item.get_closest_marker("slow") is None)
+
+
+@pytest.fixture(autouse=True)
+def unfrozen_heap() -> Iterator[None]:
+    """A job run in-process freezes the heap (scheduler_core.jobs.common.freeze_heap), as it would
+    in a process of its own; in a test worker the frozen objects would never be collected after."""
+    yield
+    if gc.get_freeze_count():
+        gc.unfreeze()
 
 
 @pytest.fixture

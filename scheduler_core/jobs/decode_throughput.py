@@ -16,6 +16,7 @@ from scheduler_core.engine import Engine
 from scheduler_core.jobs.common import (
     add_engine_args,
     finish_sim,
+    freeze_heap,
     log,
     make_engine,
     percentile,
@@ -117,6 +118,7 @@ def main(argv: list[str] | None = None) -> dict:
     run = one_batch if args.mode == "one-batch" else serving
     log("warm-up run")
     run(engine, args, args.seed)
+    freeze_heap()
     samples: dict[str, list[float]] = {}
     count = repeats()
     for i in range(count):

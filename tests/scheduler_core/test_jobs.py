@@ -1,6 +1,7 @@
 """The two jobs on the tiny random model: results documents pass the runner's validator."""
 from __future__ import annotations
 
+import gc
 import json
 import os
 import subprocess
@@ -52,6 +53,13 @@ def test_decode_throughput_one_batch(results) -> None:
     doc = _load(results)
     assert {m["name"] for m in doc["metrics"]} == {"decode_throughput", "step_latency_p50"}
     assert doc["context"]["batch_size"] == 3 and doc["context"]["mode"] == "one-batch"
+
+
+def test_decode_throughput_freezes_the_heap_before_the_timed_repeats(results) -> None:
+    gc.unfreeze()
+    decode_throughput.main(["--model", "tiny-random", "--mode", "one-batch", "--batch-size", "2",
+                            "--input-len", "8", "--output-len", "4"])
+    assert gc.get_freeze_count() > 0
 
 
 def test_decode_throughput_on_the_process_clock_says_so_in_its_context(results, monkeypatch) -> None:
