@@ -182,9 +182,8 @@ class Demo:
             env.pop("PARALLAX_DEVICE", None)
             if platform == "cpu":
                 # The cpu jobs are timed on their process's CPU time: the demo shares a machine (a
-                # CI runner's, a laptop), and time other processes took the core from the job is
-                # not the engine's. A CI run on the wall clock flagged a +12 % cpu step latency at
-                # one commit, alone on the host lock: the machine, not the commit, had slowed.
+                # CI runner's, a laptop) with its own service and runners, and time they took the
+                # core from the job is not the engine's (docs/runner.md: what it does not remove).
                 env["PARALLAX_HOST_CLOCK"] = "process"
             # A simulated platform's throughput comes from its virtual timeline, not the wall
             # clock, so its runner can yield the cores to the cpu runner, whose timings are real;
