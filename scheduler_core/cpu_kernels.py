@@ -24,6 +24,11 @@ CHOICES = ("native", "onednn", "aten")
 # oneDNN blocks a prepacked weight for an expected number of rows; the engine's decode batches are
 # tens of rows (prefill chunks of hundreds run faster prepacked too, whatever the hint).
 _ROWS_HINT = 16
+# Smaller weights stay on F.linear: a prepacked call costs about 25 us more than F.linear's before
+# any arithmetic, which a small weight does not win back (bench/prepack_crossover.py, one thread,
+# 8-64 rows, prepacked time over F.linear's: a 64-wide model's projections, up to 64x256, 1.7-5.4;
+# SmolLM2's 576x576 0.92-1.24, about even; its 576x960 and larger 0.53-0.91).
+PREPACK_MIN_ELEMENTS = 1 << 18
 # weight -> (its storage address and version counter when packed, the packed copy). Weakly keyed by
 # the tensor object: a dropped weight drops its copy, and a weight changed in place (its version
 # counter moves) or given new storage is packed again.
@@ -51,9 +56,10 @@ def native_decode_attention() -> bool:
 
 
 def applies(x: torch.Tensor, weight: torch.Tensor) -> bool:
-    """Whether `linear` uses the prepacked kernel for these operands (fp32, on the CPU, 2-D weight)."""
+    """Whether `linear` uses the prepacked kernel for these operands (fp32, on the CPU, a 2-D weight
+    of at least PREPACK_MIN_ELEMENTS)."""
     return (x.device.type == "cpu" and x.dtype == torch.float32 and weight.dtype == torch.float32
-            and weight.dim() == 2 and x.dim() >= 1)
+            and weight.dim() == 2 and x.dim() >= 1 and weight.numel() >= PREPACK_MIN_ELEMENTS)
 
 
 def linear(x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:

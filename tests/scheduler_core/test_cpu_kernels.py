@@ -6,8 +6,9 @@ import pickle
 
 import pytest
 import torch
+import torch.nn.functional as F
 
-from scheduler_core.cpu_kernels import CPU_KERNELS_ENV, cpu_kernels
+from scheduler_core.cpu_kernels import CPU_KERNELS_ENV, PREPACK_MIN_ELEMENTS, applies, cpu_kernels, linear
 from scheduler_core.model.llama import ForwardBatch, KVCache
 from scheduler_core.model.loader import LoadedModel, load_model
 from tests.support.op_names import OpNames
@@ -35,16 +36,21 @@ def test_the_prepacked_forward_gives_the_aten_forwards_logits(monkeypatch: pytes
 
 
 def test_a_weight_changed_in_place_is_packed_again() -> None:
-    loaded = load_model("tiny-random")
-    before = _logits(loaded)
+    x, weight = torch.randn(8, 512), torch.randn(1024, 512)  # over PREPACK_MIN_ELEMENTS: prepacked
+    before = linear(x, weight)
     with torch.no_grad():
-        for layer in loaded.model.layers:
-            layer.mlp.down_proj.weight.mul_(-3.0)
-    after = _logits(loaded)
+        weight.mul_(-3.0)
+    after = linear(x, weight)
     assert not torch.allclose(after, before)
-    with OpNames():  # the same model through the aten ops: the reference for the new weights
-        reference = _logits(loaded)
-    torch.testing.assert_close(after, reference, rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(after, F.linear(x, weight), rtol=1e-5, atol=1e-4)
+
+
+def test_only_weights_worth_it_are_prepacked() -> None:
+    x = torch.randn(8, 512)
+    large, small = torch.randn(PREPACK_MIN_ELEMENTS // 512, 512), torch.randn(PREPACK_MIN_ELEMENTS // 512 - 1, 512)
+    assert applies(x, large) and not applies(x, small)
+    torch.testing.assert_close(linear(x, large), F.linear(x, large), rtol=1e-5, atol=1e-4)
+    assert torch.equal(linear(x, small), F.linear(x, small))  # F.linear itself, bit for bit
 
 
 def test_under_a_dispatch_mode_the_forward_runs_only_aten_ops() -> None:
