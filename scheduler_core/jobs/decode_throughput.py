@@ -41,8 +41,9 @@ def random_prompts(engine: Engine, count: int, lengths: list[int], seed: int) ->
 def one_batch(engine: Engine, args: argparse.Namespace, seed: int) -> dict[str, float]:
     """Decode tokens over the time the decode steps took to deliver them: from the batch's first
     token (the prefill's) to its last, on the engine's clock (wall time, the process's CPU time with
-    PARALLAX_HOST_CLOCK=process, or the simulator's virtual time). Not from the first decode step's launch: the overlap loop launches it while the prefill
-    is still running, and the prefill's remaining time is not decode time."""
+    PARALLAX_HOST_CLOCK=process, or the simulator's virtual time). Not from the first decode step's
+    launch: the overlap loop launches it while the prefill is still running, and the prefill's
+    remaining time is not decode time."""
     if args.output_len < 2:
         raise SystemExit("one-batch mode needs --output-len >= 2 (no decode step would run)")
     prompts = random_prompts(engine, args.batch_size, [args.input_len] * args.batch_size, seed)
