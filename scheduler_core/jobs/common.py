@@ -12,6 +12,7 @@ import numpy as np
 
 from scheduler_core.engine import Engine
 from scheduler_core.jobs.results import Metric
+from scheduler_core.platform import PlatformError
 from scheduler_core.sim.device import SimDevice
 
 
@@ -38,10 +39,13 @@ def add_engine_args(parser: argparse.ArgumentParser, *, max_running: int, kv_tok
 def make_engine(args: argparse.Namespace) -> Engine:
     log(f"loading model {args.model} on {args.device}")
     start = time.perf_counter()
-    engine = Engine(model=args.model, device=args.device, max_running_requests=args.max_running_requests,
-                    kv_tokens=args.kv_tokens, chunked_prefill_size=args.chunked_prefill_size or None,
-                    schedule_policy=args.schedule_policy, enable_radix_cache=not args.no_radix_cache,
-                    num_threads=args.threads, overlap=args.overlap, disaggregation=args.disaggregation)
+    try:
+        engine = Engine(model=args.model, device=args.device, max_running_requests=args.max_running_requests,
+                        kv_tokens=args.kv_tokens, chunked_prefill_size=args.chunked_prefill_size or None,
+                        schedule_policy=args.schedule_policy, enable_radix_cache=not args.no_radix_cache,
+                        num_threads=args.threads, overlap=args.overlap, disaggregation=args.disaggregation)
+    except PlatformError as exc:  # a PARALLAX_* setting (device, sync policy, host clock): say which, no traceback
+        raise SystemExit(f"error: {exc}") from None
     log(f"model loaded in {time.perf_counter() - start:.1f}s")
     return engine
 

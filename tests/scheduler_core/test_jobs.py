@@ -115,3 +115,14 @@ def test_job_runs_as_a_module(tmp_path) -> None:
     assert proc.returncode == 0, proc.stderr
     assert "repeat 1/1" in proc.stderr  # progress goes to stderr
     assert _load(out)["suite"] == "decode-throughput"
+
+
+def test_a_bad_engine_setting_in_the_environment_is_one_line_naming_it(tmp_path) -> None:
+    out = tmp_path / "doc.json"
+    env = {**os.environ, "PARALLAX_RESULTS": str(out), "PARALLAX_HOST_CLOCK": "cpu-cycles"}
+    proc = subprocess.run([sys.executable, "-m", "scheduler_core.jobs.decode_throughput", "--model", "tiny-random",
+                           "--mode", "one-batch", "--batch-size", "2", "--input-len", "8", "--output-len", "4"],
+                          cwd=REPO, env=env, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 1
+    assert "error: PARALLAX_HOST_CLOCK='cpu-cycles' is not a host clock; expected one of wall, process" in proc.stderr
+    assert "Traceback" not in proc.stderr and not out.exists()
