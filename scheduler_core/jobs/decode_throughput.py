@@ -15,6 +15,8 @@ import sys
 from scheduler_core.engine import Engine
 from scheduler_core.jobs.common import (
     add_engine_args,
+    best_of,
+    best_run,
     finish_sim,
     freeze_heap,
     log,
@@ -115,23 +117,30 @@ def main(argv: list[str] | None = None) -> dict:
     if args.mode == "one-batch" and args.disaggregation:
         parser.error("--mode one-batch times the decode steps of one scheduler; use --mode serving with "
                      "--disaggregation")
+    runs = best_of()
     engine = make_engine(args)
     run = one_batch if args.mode == "one-batch" else serving
+    if simulator(engine) is not None:
+        runs = 1  # virtual time: no neighbour slows a run, and each run draws its own noise
+    key = "decode_throughput" if args.mode == "one-batch" else "output_throughput"
     log("warm-up run")
     run(engine, args, args.seed)
     freeze_heap()
     samples: dict[str, list[float]] = {}
     count = repeats()
     for i in range(count):
-        values = run(engine, args, args.seed + 1 + i)
+        seed = args.seed + 1 + i
+        values = best_run(lambda: run(engine, args, seed), runs, key)
         for name, value in values.items():
             samples.setdefault(name, []).append(value)
-        log(f"repeat {i + 1}/{count}: " + ", ".join(f"{k}={v:.2f}" for k, v in values.items()))
+        best = f" (best of {runs} runs across the CPUs)" if runs > 1 else ""
+        log(f"repeat {i + 1}/{count}{best}: " + ", ".join(f"{k}={v:.2f}" for k, v in values.items()))
     profile_gpu(engine, lambda: run(engine, args, args.seed))
     metrics = [Metric(name, *UNITS[name], values) for name, values in samples.items()]
     context = {**engine.settings(), "mode": args.mode, "batch_size": args.batch_size if args.mode == "one-batch"
                else args.max_running_requests, "input_len": args.input_len, "output_len": args.output_len,
-               "repeats": count, "seed": args.seed, "commit": current_commit()}
+               "repeats": count, "seed": args.seed, "commit": current_commit(),
+               **({"best_of": runs} if runs > 1 else {})}  # only when set: other series keep their key
     device = simulator(engine)
     if device is not None:
         context.update(sim_context(device))

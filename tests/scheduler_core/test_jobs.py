@@ -11,6 +11,7 @@ import pytest
 
 from runners.results import validate
 from scheduler_core.jobs import decode_throughput, gsm8k
+from scheduler_core.jobs.common import best_of, best_run
 from tests.scheduler_core.conftest import GSM8K_DIR, REPO
 
 CONTEXT_KEYS = {"model", "batch_size", "input_len", "output_len", "mode", "max_running_requests", "kv_tokens",
@@ -126,3 +127,45 @@ def test_a_bad_engine_setting_in_the_environment_is_one_line_naming_it(tmp_path)
     assert proc.returncode == 1
     assert "error: PARALLAX_HOST_CLOCK='cpu-cycles' is not a host clock; expected one of wall, process" in proc.stderr
     assert "Traceback" not in proc.stderr and not out.exists()
+
+
+def test_best_run_reports_the_fastest_run_whole_and_tries_every_cpu() -> None:
+    allowed = os.sched_getaffinity(0)
+    seen: list[set[int]] = []
+    throughputs = iter([100.0, 300.0, 200.0, 250.0])
+
+    def run() -> dict[str, float]:
+        seen.append(os.sched_getaffinity(0))
+        value = next(throughputs)
+        return {"decode_throughput": value, "step_latency_p50": 1000.0 / value}
+
+    best = best_run(run, 4, "decode_throughput")
+    assert best == {"decode_throughput": 300.0, "step_latency_p50": 1000.0 / 300.0}
+    assert os.sched_getaffinity(0) == allowed
+    if len(allowed) > 1:
+        assert all(len(cpus) == 1 for cpus in seen) and set().union(*seen) == set(sorted(allowed)[:4])
+
+
+def test_best_of_from_the_environment_is_checked(monkeypatch) -> None:
+    monkeypatch.setenv("PARALLAX_BEST_OF", "0")
+    with pytest.raises(SystemExit, match=r"PARALLAX_BEST_OF='0' must be a positive integer"):
+        best_of()
+    monkeypatch.setenv("PARALLAX_BEST_OF", "4")
+    assert best_of() == 4
+
+
+def test_decode_throughput_best_of_runs_says_so_in_its_context(results, monkeypatch) -> None:
+    monkeypatch.setenv("PARALLAX_BEST_OF", "3")
+    decode_throughput.main(["--model", "tiny-random", "--mode", "one-batch", "--batch-size", "2",
+                            "--input-len", "8", "--output-len", "4"])
+    doc = _load(results)
+    assert doc["context"]["best_of"] == 3
+    assert all(len(m["samples"]) == 2 for m in doc["metrics"])  # still PARALLAX_REPEATS samples
+
+
+def test_on_the_simulator_each_sample_is_one_run(results, monkeypatch) -> None:
+    monkeypatch.setenv("PARALLAX_BEST_OF", "3")
+    monkeypatch.setenv("PARALLAX_DEVICE", "sim:cuda-h100")
+    decode_throughput.main(["--model", "tiny-random", "--mode", "one-batch", "--batch-size", "2",
+                            "--input-len", "8", "--output-len", "4"])
+    assert "best_of" not in _load(results)["context"]
