@@ -48,6 +48,8 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, default=40.0)
     parser.add_argument("--slow", type=float, default=1.3)
     args = parser.parse_args()
+    if args.seconds <= 0 or args.slow <= 1:
+        parser.error("--seconds must be positive and --slow above 1 (a ratio to the CPU's usual probe time)")
     cpus = sorted(os.sched_getaffinity(0))
     print(f"watching CPUs {cpus} for {args.seconds:g} s ...", file=sys.stderr, flush=True)
     with multiprocessing.Pool(len(cpus)) as pool:
