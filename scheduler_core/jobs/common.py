@@ -130,16 +130,22 @@ def artifact_path(name: str) -> str | None:
 BEST_OF_ENV = "PARALLAX_BEST_OF"
 
 
-def best_of() -> int:
-    """Runs per reported sample on a real device ($PARALLAX_BEST_OF, default 1); see `best_run`."""
-    raw = os.environ.get(BEST_OF_ENV, "1").strip() or "1"
+def positive_env_int(name: str, default: int, meaning: str) -> int:
+    """$name as a positive integer (`default` when unset or empty); anything else ends the job with
+    one line naming the variable and what it means."""
+    raw = os.environ.get(name, "").strip() or str(default)
     try:
         value = int(raw)
     except ValueError:
         value = 0
     if value <= 0:
-        raise SystemExit(f"error: {BEST_OF_ENV}={raw!r} must be a positive integer (runs per reported sample)")
+        raise SystemExit(f"error: {name}={raw!r} must be a positive integer ({meaning})")
     return value
+
+
+def best_of() -> int:
+    """Runs per reported sample on a real device ($PARALLAX_BEST_OF, default 1); see `best_run`."""
+    return positive_env_int(BEST_OF_ENV, 1, "runs per reported sample")
 
 
 def best_run(run: Callable[[], dict[str, float]], runs: int, key: str) -> dict[str, float]:
@@ -164,10 +170,7 @@ def best_run(run: Callable[[], dict[str, float]], runs: int, key: str) -> dict[s
 
 
 def repeats(default: int = 3) -> int:
-    value = int(os.environ.get("PARALLAX_REPEATS", default))
-    if value <= 0:
-        raise SystemExit(f"PARALLAX_REPEATS must be a positive integer, got {value}")
-    return value
+    return positive_env_int("PARALLAX_REPEATS", default, "measured repeats")
 
 
 def log(message: str) -> None:

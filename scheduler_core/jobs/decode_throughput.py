@@ -128,12 +128,12 @@ def main(argv: list[str] | None = None) -> dict:
     freeze_heap()
     samples: dict[str, list[float]] = {}
     count = repeats()
+    best = f" (best of {runs} runs across the CPUs)" if runs > 1 else ""
     for i in range(count):
         seed = args.seed + 1 + i
         values = best_run(lambda: run(engine, args, seed), runs, key)
         for name, value in values.items():
             samples.setdefault(name, []).append(value)
-        best = f" (best of {runs} runs across the CPUs)" if runs > 1 else ""
         log(f"repeat {i + 1}/{count}{best}: " + ", ".join(f"{k}={v:.2f}" for k, v in values.items()))
     profile_gpu(engine, lambda: run(engine, args, args.seed))
     metrics = [Metric(name, *UNITS[name], values) for name, values in samples.items()]

@@ -11,7 +11,7 @@ import pytest
 
 from runners.results import validate
 from scheduler_core.jobs import decode_throughput, gsm8k
-from scheduler_core.jobs.common import best_of, best_run
+from scheduler_core.jobs.common import best_of, best_run, repeats
 from tests.scheduler_core.conftest import GSM8K_DIR, REPO
 
 CONTEXT_KEYS = {"model", "batch_size", "input_len", "output_len", "mode", "max_running_requests", "kv_tokens",
@@ -152,6 +152,13 @@ def test_best_of_from_the_environment_is_checked(monkeypatch) -> None:
         best_of()
     monkeypatch.setenv("PARALLAX_BEST_OF", "4")
     assert best_of() == 4
+
+
+@pytest.mark.parametrize("raw", ["0", "-2", "three"])
+def test_repeats_from_the_environment_is_checked(monkeypatch, raw: str) -> None:
+    monkeypatch.setenv("PARALLAX_REPEATS", raw)
+    with pytest.raises(SystemExit, match=rf"PARALLAX_REPEATS='{raw}' must be a positive integer"):
+        repeats()
 
 
 def test_decode_throughput_best_of_runs_says_so_in_its_context(results, monkeypatch) -> None:
