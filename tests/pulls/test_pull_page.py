@@ -17,7 +17,7 @@ def test_pull_page_shows_the_verdicts_the_ab_samples_and_every_job(service, bran
     page.wait_for_selector("#verdicts")
     assert page.locator("#conclusion").inner_text().startswith("failure: rocm output_throughput −")
     rocm = page.locator("#verdicts tr.worse")
-    assert rocm.count() == 1 and "rocm" in rocm.inner_text()
+    assert rocm.count() == 1 and "rocm" in rocm.inner_text(), pull["verdicts"]
     assert "platform_specific (rocm)" in page.locator("#scopes").inner_text()
     charts = page.locator("#ab-charts svg.ab-chart")
     assert charts.count() == 5  # decode-throughput on three platforms, gsm8k on two

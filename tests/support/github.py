@@ -6,6 +6,7 @@ import hashlib
 import hmac
 import json
 import os
+import subprocess
 import threading
 import uuid
 from pathlib import Path
@@ -16,9 +17,12 @@ from sqlalchemy import func, select
 
 from app.core.models import Base
 from app.git.mirror import Mirror
-from app.git.workdir import git
+from app.git.workdir import IDENTITY, git
 
 SECRET = "webhook-test-secret"
+# Commits are dated from this instant, one second apart, so a test's SHAs are the same in every run:
+# the noise models seeded by SHA (tests/support/pull_runners.py) then draw the same samples.
+COMMIT_EPOCH = 1_767_225_600  # 2026-01-01T00:00:00Z
 # ../shared next to the checkout; PARALLAX_SHARED_DIR points elsewhere (e.g. a worktree one level deeper).
 PAYLOADS = Path(os.environ.get("PARALLAX_SHARED_DIR") or Path(__file__).resolve().parents[2].parent / "shared") \
     / "data/github-webhooks"
@@ -57,7 +61,10 @@ class Upstream:
         self.counter += 1
         (self.path / "file.txt").write_text(f"change {self.counter}\n")
         git(self.path, "add", "file.txt")
-        git(self.path, "commit", "-q", "-m", message or f"commit {self.counter}")
+        stamp = f"{COMMIT_EPOCH + self.counter} +0000"
+        subprocess.run(["git", "commit", "-q", "-m", message or f"commit {self.counter}"], cwd=self.path, check=True,
+                       capture_output=True, env={**os.environ, **IDENTITY, "GIT_AUTHOR_DATE": stamp,
+                                                 "GIT_COMMITTER_DATE": stamp})
         return self.head()
 
     def commits(self, n: int) -> list[str]:
