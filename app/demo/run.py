@@ -351,7 +351,7 @@ def _play(demo: Demo, base: str, db: Database, repo: EngineRepository) -> None:
             deadline = time.monotonic() + 180
             while time.monotonic() < deadline and not _measured(db, after):
                 _update(demo, db, bars)
-                time.sleep(0.5)
+                time.sleep(0.2)
             _update(demo, db, bars)
     finally:
         _close(bars)

@@ -2,6 +2,8 @@
 and a job that needs the machine alone is not starved by a stream of simulated ones."""
 from __future__ import annotations
 
+import fcntl
+import os
 import threading
 import time
 from pathlib import Path
@@ -43,6 +45,19 @@ def lock(tmp_path: Path) -> HostLock:
     return HostLock(tmp_path / "host.lock", poll_s=0.01)
 
 
+def turnstile_held(lock: HostLock) -> bool:
+    """Whether a waiter has queued at the turnstile (an exclusive one, past its `join_s`)."""
+    fd = os.open(lock.turnstile, os.O_RDWR | os.O_CREAT, 0o666)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        fcntl.flock(fd, fcntl.LOCK_UN)
+        return False
+    except BlockingIOError:
+        return True
+    finally:
+        os.close(fd)
+
+
 def test_shared_holders_run_together(lock: HostLock):
     order: list[str] = []
     first, second = Holder(lock, False, "sim-a", order), Holder(lock, False, "sim-b", order)
@@ -81,6 +96,7 @@ def test_a_waiting_exclusive_holder_goes_before_shared_ones_that_come_later(lock
     assert first_sim.entered.wait(DEADLINE_S)
     real.start()
     assert real.waiting.wait(DEADLINE_S)
+    wait_for(lambda: turnstile_held(lock), DEADLINE_S, "the cpu job queues at the turnstile after its join_s")
     later_sim.start()
     assert later_sim.waiting.wait(DEADLINE_S)  # held at the turnstile, although sim-1 holds the lock shared
     assert not later_sim.entered.is_set()
@@ -91,6 +107,28 @@ def test_a_waiting_exclusive_holder_goes_before_shared_ones_that_come_later(lock
     assert later_sim.entered.wait(DEADLINE_S)
     later_sim.finish()
     assert order == ["sim-1", "cpu", "sim-2"]
+
+
+def test_shared_jobs_arriving_within_the_exclusive_waiters_join_s_run_with_the_running_one(tmp_path: Path):
+    """The simulators of one push are claimed milliseconds apart; a real job claimed between them
+    waits for both instead of splitting them (the push then takes one simulator run, not two)."""
+    lock = HostLock(tmp_path / "host.lock", poll_s=0.01, join_s=DEADLINE_S)
+    order: list[str] = []
+    first_sim, real, second_sim = (Holder(lock, False, "sim-1", order), Holder(lock, True, "cpu", order),
+                                   Holder(lock, False, "sim-2", order))
+    first_sim.start()
+    assert first_sim.entered.wait(DEADLINE_S)
+    real.start()
+    assert real.waiting.wait(DEADLINE_S)
+    second_sim.start()
+    assert second_sim.entered.wait(DEADLINE_S)  # beside sim-1, before the waiting cpu job
+    assert not second_sim.waiting.is_set() and not real.entered.is_set()
+    first_sim.finish()
+    assert not real.entered.is_set()  # sim-2 still measures
+    second_sim.finish()
+    assert real.entered.wait(DEADLINE_S)
+    real.finish()
+    assert order == ["sim-1", "sim-2", "cpu"]
 
 
 def test_a_wait_is_given_up_with_the_reason(lock: HostLock):
