@@ -20,20 +20,41 @@ from typing import Any
 
 REAL_PLATFORMS = ("cuda", "rocm", "cpu")
 
-# Runs in a child interpreter; prints one JSON object.
+# Runs in a child interpreter; prints one JSON object. torch's build writes `torch/version.py` as
+# plain assignments (`__version__`, `cuda`, `hip`); a build with neither CUDA nor HIP cannot see a
+# device, so for it that file says all the import would, and the import (about 1.2 s of CPU here,
+# paid at every runner start) is skipped.
 _TORCH_PROBE = r"""
-import json
+import ast, importlib.util, json, os
 out = {"torch": None, "cuda": None, "hip": None, "devices": [], "error": None}
 try:
-    import torch
-    out["torch"] = torch.__version__
-    out["cuda"] = getattr(torch.version, "cuda", None)
-    out["hip"] = getattr(torch.version, "hip", None)
-    if torch.cuda.is_available():
-        for i in range(torch.cuda.device_count()):
-            props = torch.cuda.get_device_properties(i)
-            out["devices"].append({"name": torch.cuda.get_device_name(i),
-                                   "memory_bytes": int(props.total_memory)})
+    spec = importlib.util.find_spec("torch")
+    build = {}
+    if spec is not None and spec.origin:
+        try:
+            with open(os.path.join(os.path.dirname(spec.origin), "version.py")) as fh:
+                tree = ast.parse(fh.read())
+        except (OSError, SyntaxError):
+            tree = ast.Module(body=[], type_ignores=[])
+        for node in tree.body:
+            target = node.targets[0] if isinstance(node, ast.Assign) else getattr(node, "target", None)
+            if isinstance(target, ast.Name) and isinstance(getattr(node, "value", None), ast.Constant):
+                build[target.id] = node.value.value
+    if spec is None:
+        pass
+    elif isinstance(build.get("__version__"), str) and build.get("cuda") is None and build.get("hip") is None \
+            and "cuda" in build and "hip" in build:
+        out["torch"] = build["__version__"]
+    else:
+        import torch
+        out["torch"] = torch.__version__
+        out["cuda"] = getattr(torch.version, "cuda", None)
+        out["hip"] = getattr(torch.version, "hip", None)
+        if torch.cuda.is_available():
+            for i in range(torch.cuda.device_count()):
+                props = torch.cuda.get_device_properties(i)
+                out["devices"].append({"name": torch.cuda.get_device_name(i),
+                                       "memory_bytes": int(props.total_memory)})
 except ImportError:
     pass
 except Exception as exc:

@@ -67,6 +67,37 @@ def test_a_box_without_torch_is_a_cpu_box(tmp_path):
     assert facts.platform == "cpu" and facts.torch is None and facts.device_count == 0
 
 
+def fake_torch(root, version_file: str, init: str) -> str:
+    """An interpreter that finds a torch package of our own: its version file and its __init__."""
+    package = root / "torch"
+    package.mkdir()
+    (package / "version.py").write_text(version_file)
+    (package / "__init__.py").write_text(init)
+    wrapper = root / "python"
+    wrapper.write_text(f"#!/bin/sh\nPYTHONPATH={root} exec {sys.executable} \"$@\"\n")
+    wrapper.chmod(0o755)
+    return str(wrapper)
+
+
+def test_a_cpu_build_of_torch_is_read_from_its_version_file_without_importing_it(tmp_path):
+    python = fake_torch(tmp_path, "from typing import Optional\n__version__ = '9.9.9+cpu'\n"
+                                  "cuda: Optional[str] = None\nhip: Optional[str] = None\n",
+                        "raise RuntimeError('the probe imported torch')\n")
+    facts = detect(python=python)
+    assert (facts.torch, facts.cuda, facts.hip, facts.probe_error) == ("9.9.9+cpu", None, None, None)
+    assert facts.platform == "cpu" and facts.device_count == 0
+
+
+def test_a_gpu_build_of_torch_is_imported_to_list_its_devices(tmp_path):
+    init = ("import types\n__version__ = '9.9.9+imported'\n"
+            "version = types.SimpleNamespace(cuda='12.4', hip=None)\n"
+            "cuda = types.SimpleNamespace(is_available=lambda: False)\n")
+    python = fake_torch(tmp_path, "__version__ = '9.9.9+cu124'\ncuda = '12.4'\nhip = None\n", init)
+    facts = detect(python=python)
+    assert (facts.torch, facts.cuda, facts.probe_error) == ("9.9.9+imported", "12.4", None)
+    assert facts.platform == "cpu"  # a CUDA build on a box without a GPU
+
+
 def test_a_simulated_platform_without_a_setting_or_default_refuses_to_start(harness: Harness):
     proc = harness.start_runner("sim", "--once", "--label", "platform=npu-sim")
     assert harness.wait_exit(proc) == 1
