@@ -4,17 +4,23 @@ a copy of the source tree, and the tests that guard the mechanism must fail on t
 The mutations are the hand-made removals behind issue 19's holes and mutants the cosmic-ray run
 found surviving until a test was written for them. A mutation whose text no longer occurs
 exactly once fails here: update it with the code it guards. Each copy runs its tests on SQLite
-only and without auto-loaded pytest plugins, so the whole file takes seconds, not minutes.
+only and without auto-loaded pytest plugins, in a child forked from an interpreter that imported
+pytest, torch, Flask and the other third-party modules once (tests/support/pytest_zygote.py): the
+file took 35 CPU-seconds instead of 70 (docs/testing.md).
 """
 from __future__ import annotations
 
+import json
 import os
 import re
+import select
 import shutil
+import signal
 import subprocess
 import sys
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any, Iterator
 
 import pytest
 
@@ -22,6 +28,8 @@ from tests.support.settings import REPO_ROOT
 
 TREE = ("app", "runners", "scheduler_core", "tests", "migrations", "pyproject.toml")
 NO_POSTGRES = "postgresql+psycopg://postgres@127.0.0.1:9/none"  # nothing listens: PostgreSQL cases skip
+ZYGOTE = REPO_ROOT / "tests/support/pytest_zygote.py"
+START_TIMEOUT_S = 300.0  # its imports, on a loaded machine
 
 
 @dataclass(frozen=True)
@@ -120,32 +128,75 @@ def mutated_copy(mutant: Mutant, root: Path) -> Path:
     return root
 
 
-def run_tests(root: Path, mutant: Mutant) -> subprocess.CompletedProcess[str]:
-    env = {k: v for k, v in os.environ.items() if k not in ("CI", "PYTHONPATH")}
+class Zygote:
+    """`tests/support/pytest_zygote.py` in a process of its own: each run forks it, so the
+    third-party imports (about 2.6 CPU-seconds of each run's 3-4.7) happen once per test worker."""
+
+    def __init__(self) -> None:
+        self.process = subprocess.Popen([sys.executable, "-P", str(ZYGOTE)], stdin=subprocess.PIPE,
+                                        stdout=subprocess.PIPE, text=True, cwd="/")
+        assert self._answer(START_TIMEOUT_S) == {"ready": True}
+
+    def _answer(self, timeout_s: float) -> dict[str, Any]:
+        assert self.process.stdout is not None
+        ready, _, _ = select.select([self.process.stdout], [], [], timeout_s)
+        line = self.process.stdout.readline() if ready else ""
+        if not line:
+            raise AssertionError(f"the pytest zygote gave no answer in {timeout_s:g} s (exit {self.process.poll()})")
+        return dict(json.loads(line))
+
+    def run(self, root: Path, args: list[str], env: dict[str, str], timeout_s: float) -> tuple[int, str]:
+        assert self.process.stdin is not None
+        log = root.parent / "pytest.log"
+        self.process.stdin.write(json.dumps({"root": str(root), "args": args, "env": env, "log": str(log)}) + "\n")
+        self.process.stdin.flush()
+        pid = self._answer(START_TIMEOUT_S)["pid"]
+        try:
+            code = self._answer(timeout_s)["exit"]
+        except AssertionError:
+            os.kill(pid, signal.SIGKILL)
+            raise
+        return code, log.read_text(errors="replace")
+
+    def close(self) -> None:
+        assert self.process.stdin is not None
+        self.process.stdin.close()
+        self.process.wait(60)
+
+
+@pytest.fixture(scope="session")  # one per test worker: pytest-xdist interleaves modules
+def zygote() -> Iterator[Zygote]:
+    started = Zygote()
+    yield started
+    started.close()
+
+
+def run_tests(zygote: Zygote, root: Path, mutant: Mutant) -> tuple[int, str]:
+    env = {k: v for k, v in os.environ.items() if k not in ("CI", "PYTHONPATH", "PYTEST_XDIST_WORKER",
+                                                             "PYTEST_XDIST_TESTRUNUID", "PYTEST_CURRENT_TEST")}
     env |= {"PYTHONPATH": str(root), "PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1", "PYTHONDONTWRITEBYTECODE": "1",
             "PARALLAX_TEST_DATABASE_URL": NO_POSTGRES,
             "PARALLAX_SHARED_DIR": os.environ.get("PARALLAX_SHARED_DIR") or str(REPO_ROOT.parent / "shared")}
-    command = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "pytest_timeout",
-               "-o", "timeout=60", *([] if mutant.fixtures else ["--noconftest"]), *mutant.tests]
-    return subprocess.run(command, cwd=root, env=env, capture_output=True, text=True, timeout=300)
+    args = ["-q", "-p", "no:cacheprovider", "-p", "pytest_timeout", "-o", "timeout=60",
+            *([] if mutant.fixtures else ["--noconftest"]), *mutant.tests]
+    return zygote.run(root, args, env, timeout_s=300)
 
 
 @pytest.mark.parametrize("mutant", MUTANTS, ids=[m.name for m in MUTANTS])
-def test_the_guarding_tests_fail_on_the_mutant(mutant: Mutant, tmp_path: Path) -> None:
-    result = run_tests(mutated_copy(mutant, tmp_path / "tree"), mutant)
-    output = result.stdout + result.stderr
+def test_the_guarding_tests_fail_on_the_mutant(mutant: Mutant, tmp_path: Path, zygote: Zygote) -> None:
+    code, output = run_tests(zygote, mutated_copy(mutant, tmp_path / "tree"), mutant)
     # Exit status 1 is "tests ran and some failed"; 2-5 (interrupted, internal error, usage, no
     # tests collected) would mean the mutant was never tried.
-    assert result.returncode == 1, f"the mutant survived or was never tested (exit {result.returncode}):\n{output}"
+    assert code == 1, f"the mutant survived or was never tested (exit {code}):\n{output}"
     failed = [line.split(" ")[1] for line in output.splitlines() if line.startswith("FAILED ")]
     assert failed and all(node.split("[")[0] in mutant.tests or node in mutant.tests for node in failed), output
 
 
-def test_the_guarding_tests_pass_on_an_unmutated_copy(tmp_path: Path) -> None:
+def test_the_guarding_tests_pass_on_an_unmutated_copy(tmp_path: Path, zygote: Zygote) -> None:
     """The control: on a copy without a mutation the same runs pass, so a failure above is the mutant's."""
     root = copy_tree(tmp_path / "tree")
     everything = Mutant("none", "", "", "", tuple(test for m in MUTANTS for test in m.tests))
-    result = run_tests(root, everything)
-    assert result.returncode == 0, result.stdout + result.stderr
-    summary = result.stdout.strip().splitlines()[-1]
-    assert re.fullmatch(r"\d+ passed in .*", summary), result.stdout  # nothing skipped, deselected or failed
+    code, output = run_tests(zygote, root, everything)
+    assert code == 0, output
+    summary = output.strip().splitlines()[-1]
+    assert re.fullmatch(r"\d+ passed in .*", summary), output  # nothing skipped, deselected or failed
