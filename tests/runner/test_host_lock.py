@@ -87,15 +87,21 @@ def test_a_job_waits_while_the_other_kind_holds_the_lock(lock: HostLock, first_e
     assert order == [first.name, second.name]
 
 
-def test_a_waiting_exclusive_holder_goes_before_shared_ones_that_come_later(lock: HostLock):
-    """Simulator jobs overlap all the time; without the turnstile a cpu job could wait forever."""
-    order: list[str] = []
-    first_sim, real, later_sim = (Holder(lock, False, "sim-1", order), Holder(lock, True, "cpu", order),
-                                  Holder(lock, False, "sim-2", order))
+def a_cpu_job_waiting_on_a_simulator_job(lock: HostLock, order: list[str]) -> tuple[Holder, Holder, Holder]:
+    """sim-1 holds the lock shared and cpu waits for it; sim-2 is made, not started."""
+    first_sim, real, second_sim = (Holder(lock, False, "sim-1", order), Holder(lock, True, "cpu", order),
+                                   Holder(lock, False, "sim-2", order))
     first_sim.start()
     assert first_sim.entered.wait(DEADLINE_S)
     real.start()
     assert real.waiting.wait(DEADLINE_S)
+    return first_sim, real, second_sim
+
+
+def test_a_waiting_exclusive_holder_goes_before_shared_ones_that_come_later(lock: HostLock):
+    """Simulator jobs overlap all the time; without the turnstile a cpu job could wait forever."""
+    order: list[str] = []
+    first_sim, real, later_sim = a_cpu_job_waiting_on_a_simulator_job(lock, order)
     wait_for(lambda: turnstile_held(lock), DEADLINE_S, "the cpu job queues at the turnstile after its join_s")
     later_sim.start()
     assert later_sim.waiting.wait(DEADLINE_S)  # held at the turnstile, although sim-1 holds the lock shared
@@ -114,12 +120,7 @@ def test_shared_jobs_arriving_within_the_exclusive_waiters_join_s_run_with_the_r
     waits for both instead of splitting them (the push then takes one simulator run, not two)."""
     lock = HostLock(tmp_path / "host.lock", poll_s=0.01, join_s=DEADLINE_S)
     order: list[str] = []
-    first_sim, real, second_sim = (Holder(lock, False, "sim-1", order), Holder(lock, True, "cpu", order),
-                                   Holder(lock, False, "sim-2", order))
-    first_sim.start()
-    assert first_sim.entered.wait(DEADLINE_S)
-    real.start()
-    assert real.waiting.wait(DEADLINE_S)
+    first_sim, real, second_sim = a_cpu_job_waiting_on_a_simulator_job(lock, order)
     second_sim.start()
     assert second_sim.entered.wait(DEADLINE_S)  # beside sim-1, before the waiting cpu job
     assert not second_sim.waiting.is_set() and not real.entered.is_set()
