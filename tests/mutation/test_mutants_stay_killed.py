@@ -155,6 +155,7 @@ class Zygote:
             code = self._answer(timeout_s)["exit"]
         except AssertionError:
             os.kill(pid, signal.SIGKILL)
+            self._answer(START_TIMEOUT_S)  # its exit, so the next run reads its own answers
             raise
         return code, log.read_text(errors="replace")
 
