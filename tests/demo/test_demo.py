@@ -22,6 +22,12 @@ PARALLAX = str(ROOT / ".venv/bin/parallax")
 SERVING = re.compile(r"Serving the dashboard at (http://127\.0\.0\.1:\d+)/")
 
 
+def blamed(alert: dict) -> set[str]:
+    """The commits an alert points at: every change's suspects and its bisects' culprits."""
+    return ({sha for change in alert["changes"] for sha in change["suspected_commits"]}
+            | {link["culprit"] for link in alert["bisects"] if link.get("culprit")})
+
+
 def _env(tmp_path: Path) -> dict[str, str]:
     return {"PATH": "/usr/bin:/bin", "HOME": str(tmp_path), "PYTHONUNBUFFERED": "1"}
 
@@ -76,7 +82,14 @@ def test_the_demo_flags_the_rocm_only_regression_bisects_it_and_sees_the_fixes_d
         assert bisect_link["culprit"] == barrier
         bisect = requests.get(f"{base}{bisect_link['url']}", timeout=30).json()
         assert bisect["state"] == "done" and bisect["culprit"]["sha"] == barrier
-        assert not [a for a in performance if any(c["platform"] in ("cpu", "cuda-sim") for c in a["changes"])]
+        # cuda-sim's numbers are virtual time: no alert at all. The cpu runner's are real timings on
+        # a shared machine, whose level can move on its own: a CI run saw the cpu decode throughput
+        # fall 8.6 % after the fourth commit (every commit's engine code the same there) and alert.
+        # What the story needs is that no cpu alert blames one of its commits.
+        assert not [a for a in performance if any(c["platform"] == "cuda-sim" for c in a["changes"])]
+        story_shas = {sha_of[change.message] for change in default_story(quick=True).changes() if change.role != "neutral"}
+        cpu_alerts = [a for a in performance if any(c["platform"] == "cpu" for c in a["changes"])]
+        assert not [a for a in cpu_alerts if blamed(a) & story_shas], cpu_alerts
 
         hazards = [a for a in alerts if a["kind"] == "correctness"
                    and a["changes"][0]["platform"] == "cuda-sim"]
