@@ -12,7 +12,7 @@ alone holds the turnstile while it waits, so a stream of overlapping shared hold
 starve it. Before it queues there, it waits up to `join_s` (1 s) as an ordinary waiter, so shared
 jobs that arrive together with a running one (the simulators of one push, claimed a few
 milliseconds apart) start together instead of one before the real job and one after it: on the
-demo's 2-core machine a push took about 4.3 s when its two simulator jobs ran together and 6-8 s
+demo's 2-core machine a push took about 4.3 s when its two simulator jobs ran together and 6-9 s
 when the cpu job came between them. `flock` has no such fairness of its own, and no library offers a cross-process
 readers-writer lock that releases on process death; flock does, so a killed runner never
 leaves the host locked.
