@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import pytest
 
+from scheduler_core.batch import Req
 from scheduler_core.engine import Engine
 from scheduler_core.sampling import SamplingParams
 from tests.scheduler_core.conftest import tiny_engine
@@ -112,6 +113,24 @@ def test_context_limit_finishes_with_length() -> None:
     prompt = "y" * 4092  # context is 4096
     out = engine.generate([prompt], SamplingParams(max_new_tokens=50, ignore_eos=True))[0]
     assert out.finish_reason.kind == "length" and len(out.prompt_ids) + len(out.output_ids) == 4096
+
+
+def test_a_lone_request_that_fits_the_pool_waits_while_other_slots_are_held() -> None:
+    """A disaggregated decode side lost a request's tail under load: after retraction left one
+    running request, the slots a chunked re-prefill held made it look as if it could not fit."""
+    engine = tiny_engine(kv_tokens=64)
+    sched = engine.scheduler
+    req = Req(rid=1, input_ids=list(range(1, 41)), sampling=SamplingParams(max_new_tokens=20, ignore_eos=True))
+    sched.add_request(req)
+    batch = sched.get_next_batch_to_run()
+    sched.process_batch_result(batch, sched.run_batch(batch))
+    assert sched.running.reqs == [req] and req.seq_len == 41
+    held = sched.pools.alloc_tokens(sched.pools.allocator.available())  # what a chunked re-prefill holds
+    sched._update_running_batch()
+    assert not sched._finished and sched.waiting == [req] and req.retractions == 1
+    sched.pools.allocator.free(held)
+    again = sched.get_next_batch_to_run()  # the slots are back: it is admitted again, output kept
+    assert again is not None and again.reqs == [req] and len(req.output_ids) == 1
 
 
 def test_lone_request_larger_than_the_pool_is_aborted_cleanly() -> None:
