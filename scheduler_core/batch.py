@@ -220,11 +220,16 @@ class ScheduleBatch:
 
     def retract_decode(self, pools: Pools) -> list[Req]:
         """Retract requests until the rest can decode one step; returns the retracted ones, whose
-        KV is freed and who keep their output so far (recomputed on re-admission)."""
+        KV is freed and who keep their output so far (recomputed on re-admission). The last one is
+        retracted too when slots outside the batch are held (a retracted request being prefilled
+        again in chunks), unless it no longer fits the whole pool: that one stays, for the caller
+        to abort."""
         # Retract the requests that made the least progress first (they lose the least work).
         order = sorted(self.reqs, key=lambda r: (len(r.output_ids), -len(r.input_ids)), reverse=True)
         retracted: list[Req] = []
-        while len(order) > 1 and not pools.can_alloc(len(order)):
+        while order and not pools.can_alloc(len(order)):
+            if len(order) == 1 and order[0].seq_len + 1 > pools.allocator.size:
+                break
             req = order.pop()
             release(req, pools, cache=False)
             req.retractions += 1

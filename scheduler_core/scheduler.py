@@ -210,19 +210,13 @@ class Scheduler:
             return
         retracted = self.running.retract_decode(self.pools)
         if not self.pools.can_alloc(len(self.running)):
+            # A single request that no longer fits the whole pool cannot make progress.
             req = self.running.reqs[0]
-            self.running.reqs = []
+            req.finish_reason = FinishReason(
+                "abort", message=f"KV pool exhausted: {self.config.kv_tokens} slots cannot hold {req.seq_len} tokens")
             release(req, self.pools, cache=False)
-            if req.seq_len + 1 > self.config.kv_tokens:
-                # A single request that no longer fits the whole pool cannot make progress.
-                req.finish_reason = FinishReason(
-                    "abort", message=f"KV pool exhausted: {self.config.kv_tokens} slots cannot hold {req.seq_len} tokens")
-                self._finished.append(req)
-            else:
-                # It fits the pool, but slots outside the running batch are held (a retracted request
-                # being prefilled again in chunks): it waits like the others instead of being aborted.
-                req.retractions += 1
-                retracted.append(req)
+            self._finished.append(req)
+            self.running.reqs = []
         self.retracted_total += len(retracted)
         self.waiting = retracted[::-1] + self.waiting
         reqs = self.running.reqs
