@@ -40,13 +40,11 @@ try:
             target = node.targets[0] if isinstance(node, ast.Assign) else getattr(node, "target", None)
             if isinstance(target, ast.Name) and isinstance(getattr(node, "value", None), ast.Constant):
                 build[target.id] = node.value.value
-    if spec is None:
-        pass
-    elif isinstance(build.get("__version__"), str) and build.get("cuda") is None and build.get("hip") is None \
-            and "cuda" in build and "hip" in build:
+    if isinstance(build.get("__version__"), str) and "cuda" in build and "hip" in build \
+            and build["cuda"] is None and build["hip"] is None:
         out["torch"] = build["__version__"]
     else:
-        import torch
+        import torch  # no torch (no spec): ImportError, below
         out["torch"] = torch.__version__
         out["cuda"] = getattr(torch.version, "cuda", None)
         out["hip"] = getattr(torch.version, "hip", None)
