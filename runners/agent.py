@@ -29,6 +29,7 @@ from runners.facts import REAL_PLATFORMS, Facts, detect, engine_version, environ
 from runners.host_lock import HostLock, HostLockError, Interrupted
 from runners.outage import OutageReport
 from runners.results import ResultsError, loads, to_json
+from runners.warm import WarmInterpreter
 
 log = logging.getLogger("parallax.runner")
 SIM_DEVICE_RE = re.compile(r"sim:[A-Za-z0-9._-]+")
@@ -75,6 +76,7 @@ class Config:
     claim_retry_s: float = 15.0  # how long one claim retries through an outage before the loop counts a failure
     outage_report_s: float = 60.0  # at most one line this often while claims keep failing
     host_lock: Path | None = None  # shared by the runners of one machine: real platforms measure alone
+    warm_imports: tuple[str, ...] = ()  # libraries the next job's interpreter imports while the runner waits
     retry: RetryPolicy = field(default_factory=RetryPolicy)
 
 
@@ -222,6 +224,8 @@ class Agent:
         self.identity: Identity | None = None
         self._lock_fd: int | None = None
         self.running_job: int | None = None  # the job being run, if any (what a signal waits for)
+        self.warm: WarmInterpreter | None = None  # the next job's interpreter (--warm-import)
+        self.warm_failed = False
 
     # ------------------------------------------------------------ lifecycle
 
@@ -323,6 +327,9 @@ class Agent:
             # A signal while starting (registration retrying, say) is a stop, not a failure.
             log.info("stopped while starting: %s", exc)
         finally:
+            if self.warm is not None:
+                self.warm.close()
+                self.warm = None
             self.unlock_work_dir()
         log.info("runner stopped%s", f" ({self.stop_signal})" if self.stop_signal else "")
         return 0
@@ -336,6 +343,7 @@ class Agent:
         assert self.client is not None
         outage = OutageReport(every_s=self.config.outage_report_s)
         while not self.stopping():
+            self.start_warm()
             try:
                 # A short retry budget, so that a signal during an outage is noticed soon.
                 job = self.client.claim(self.config.claim_wait_s, budget_s=self.config.claim_retry_s)
@@ -365,6 +373,53 @@ class Agent:
             if self.config.once:
                 break
 
+    def base_env(self) -> dict[str, str]:
+        """What every job's environment starts from (job_env adds the suite's and the job's)."""
+        env = {k: v for k, v in os.environ.items() if k not in SECRET_ENV}
+        if self.config.sim_device:
+            env["PARALLAX_DEVICE"] = self.config.sim_device
+        return env
+
+    def start_warm(self) -> None:
+        """Start the next job's interpreter (--warm-import) and wait until it has imported its
+        libraries: between jobs, under the host lock (shared), so that it never runs beside a
+        measurement. One whose import failed is dropped, and every job starts cold from then on."""
+        if not self.config.warm_imports or self.warm_failed or self.stopping():
+            return
+        if self.warm is not None and self.warm.proc.poll() is None:
+            return
+        if self.warm is not None:
+            log.info("the warm interpreter exited (status %s); starting another", self.warm.proc.returncode)
+            self.warm.close()
+            self.warm = None
+
+        def launch() -> None:
+            warm = self.warm = WarmInterpreter.start(execute.resolve_argv(["python"])[0], self.base_env(),
+                                                     self.config.warm_imports, self.work_dir / "warm")
+            deadline = time.monotonic() + 300
+            while time.monotonic() < deadline and not self.stopping():  # a signal is heard within 0.5 s
+                if warm.wait_ready(0.5):
+                    return
+                if warm.proc.poll() is not None:
+                    self.warm_failed = True  # wait_ready logged why
+                    warm.close()
+                    self.warm = None
+                    return
+
+        if self.config.host_lock is None:
+            launch()
+            return
+
+        def waiting() -> None:
+            log.info("waiting for the host lock %s (shared) to start the warm interpreter: another job "
+                     "on this machine is measuring", self.config.host_lock)
+        try:
+            with HostLock(self.config.host_lock).hold(False, lambda: "shutdown" if self.stopping() else None,
+                                                      waiting):
+                launch()
+        except Interrupted:
+            return  # shutting down before it started
+
     # ------------------------------------------------------------ one job
 
     def upload_budget(self) -> float:
@@ -382,13 +437,13 @@ class Agent:
         return None
 
     def job_env(self, job: dict[str, Any], results_path: Path, worktree: Path) -> dict[str, str]:
-        env = {k: v for k, v in os.environ.items() if k not in SECRET_ENV}
+        env = self.base_env()
         env.update(suite_env(job))  # the suite's own variables; the PARALLAX_* ones below win
         env.update(PARALLAX_RESULTS=str(results_path), PARALLAX_PLATFORM=str(job["platform"]),
                    PARALLAX_REPEATS=str(job.get("repeats", 1)), PARALLAX_JOB_ID=str(job["id"]),
                    PARALLAX_ATTEMPT=str(job["attempt"]), PARALLAX_COMMIT=str(job["commit"]),
                    PARALLAX_SUITE=str(job["suite"]), PARALLAX_WORKTREE=str(worktree))
-        if self.config.sim_device:
+        if self.config.sim_device:  # the suite's env does not override the simulator setting
             env["PARALLAX_DEVICE"] = self.config.sim_device
         return env
 
@@ -509,18 +564,34 @@ class Agent:
         output_dir = output_root / "run-1"
         output_dir.mkdir(parents=True)
         env.update(PARALLAX_OUTPUT_DIR=str(output_dir), PARALLAX_RUN="1")
-        outcome = self.run_command(execute.substitute(argv, env), worktree, env, timeout_s, state, shipper, "command")
+        argv = execute.substitute(argv, env)
+        warm = self.warm_for(argv, env, shipper)
+        outcome = self.run_command(argv, worktree, env, timeout_s, state, shipper, "command", warm=warm)
+        if warm is not None and warm.taken:
+            self.warm = None
         failed = self.outcome_verdict(outcome, timeout_s, shipper, "command")
         if failed is not None:
             return failed
         return self.verdict(job, results_path, shipper)
+
+    def warm_for(self, argv: list[str], env: dict[str, str], shipper: execute.LogShipper) -> WarmInterpreter | None:
+        """The warm interpreter if it may run this command; the job log says which start it got."""
+        if self.warm is None:
+            return None
+        reason = self.warm.mismatch(argv, env)
+        if reason is None:
+            shipper.write(f"[parallax-runner] the command runs in the warm interpreter "
+                          f"({', '.join(self.warm.modules)} imported ahead)\n")
+            return self.warm
+        shipper.write(f"[parallax-runner] the command starts cold, not in the warm interpreter: {reason}\n")
+        return None
 
     def is_simulated(self, job: dict[str, Any]) -> bool:
         return str(job.get("platform", "")).endswith("-sim") or self.config.sim_device is not None
 
     def run_command(self, argv: list[str], worktree: Path, env: dict[str, str], timeout_s: float,
                     state: "JobState", shipper: execute.LogShipper, what: str,
-                    output: Any = None) -> execute.Outcome:
+                    output: Any = None, warm: WarmInterpreter | None = None) -> execute.Outcome:
         def started(proc: Any) -> None:
             record = {"pgid": proc.pid, "job_id": state.job_id, "attempt": state.attempt,
                       "create_time": _create_time(proc.pid)}
@@ -533,7 +604,7 @@ class Agent:
 
         outcome = execute.run(argv, cwd=worktree, env=env, timeout_s=timeout_s, output=output or shipper.write,
                               interrupt=lambda: self.interrupt_reason(state),
-                              kill_grace_s=self.config.kill_grace_s, on_start=started)
+                              kill_grace_s=self.config.kill_grace_s, on_start=started, warm=warm)
         shipper.write(f"\n[parallax-runner] {what} ended after {outcome.duration_s:.1f} s: "
                       f"{outcome.stopped_by or f'exit status {outcome.exit_code}'}\n")
         return outcome

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import os
+import re
 import signal
 import sys
 from pathlib import Path
@@ -31,6 +32,16 @@ def _parse_labels(values: tuple[str, ...]) -> dict[str, str]:
             raise click.BadParameter(f"expected key=value, got {value!r}", param_hint="--label")
         labels[key.strip()] = val.strip()
     return labels
+
+
+MODULE_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*")
+
+
+def _module_names(ctx: click.Context, param: click.Parameter, values: tuple[str, ...]) -> tuple[str, ...]:
+    for value in values:
+        if MODULE_RE.fullmatch(value) is None:
+            raise click.BadParameter(f"{value!r} is not a module name (like torch or numpy.linalg)")
+    return values
 
 
 @click.command("runner")
@@ -63,11 +74,15 @@ def _parse_labels(values: tuple[str, ...]) -> dict[str, str]:
 @click.option("--host-lock", default=None, envvar="PARALLAX_HOST_LOCK", type=click.Path(dir_okay=False),
               help="a lock file shared by the runners of this machine: a job on a real platform measures "
                    "alone, simulated jobs share it (wall-clock numbers must not time the neighbours)")
+@click.option("--warm-import", "warm_imports", multiple=True, metavar="MODULE", envvar="PARALLAX_WARM_IMPORTS",
+              callback=_module_names,
+              help="(repeatable) a library the next job's interpreter imports while the runner waits, e.g. torch; "
+                   "a `python -m ...` suite then starts without that import (docs/runner.md)")
 @click.option("-v", "--verbose", is_flag=True, help="debug logging")
 def runner(server: str, registration_token: str | None, name: str | None, labels: tuple[str, ...],
            work_dir: str, once: bool, sim_profile: str | None, grace_s: float, claim_wait_s: float,
            heartbeat_s: float | None, upload_budget_s: float, kill_grace_s: float, claim_retry_s: float,
-           outage_report_s: float, host_lock: str | None, verbose: bool) -> None:
+           outage_report_s: float, host_lock: str | None, warm_imports: tuple[str, ...], verbose: bool) -> None:
     """Run jobs for the service at --server on this machine (CUDA, ROCm, CPU or simulated)."""
     logging.basicConfig(level=logging.DEBUG if verbose else logging.INFO, stream=sys.stderr,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
@@ -83,7 +98,7 @@ def runner(server: str, registration_token: str | None, name: str | None, labels
                     labels=declared, once=once, sim_device=sim_device, grace_s=grace_s,
                     claim_wait_s=claim_wait_s, heartbeat_s=heartbeat_s, upload_budget_s=upload_budget_s,
                     kill_grace_s=kill_grace_s, claim_retry_s=claim_retry_s, outage_report_s=outage_report_s,
-                    host_lock=Path(host_lock).resolve() if host_lock else None)
+                    host_lock=Path(host_lock).resolve() if host_lock else None, warm_imports=warm_imports)
     if name:
         config.name = name
     agent = Agent(config)

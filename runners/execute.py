@@ -17,7 +17,10 @@ import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
+from typing import TYPE_CHECKING, Callable
+
+if TYPE_CHECKING:  # runners.warm starts its interpreter with die_with_parent below
+    from runners.warm import WarmInterpreter
 
 log = logging.getLogger(__name__)
 PR_SET_PDEATHSIG = 1
@@ -49,7 +52,7 @@ except (OSError, AttributeError):
     _prctl = None
 
 
-def _die_with_parent() -> None:
+def die_with_parent() -> None:
     # Runs in the child between fork and exec: if the agent is SIGKILLed, the kernel kills the
     # job's leader too, so a crashed runner does not leave a benchmark holding the GPU.
     if _prctl is not None:
@@ -188,12 +191,16 @@ class LogShipper:
 
 def run(argv: list[str], *, cwd: Path, env: dict[str, str], timeout_s: float, output: Callable[[bytes], None],
         interrupt: Callable[[], str | None], kill_grace_s: float = 5.0, poll_s: float = 0.1,
-        on_start: Callable[[subprocess.Popen[bytes]], None] | None = None) -> Outcome:
+        on_start: Callable[[subprocess.Popen[bytes]], None] | None = None,
+        warm: WarmInterpreter | None = None) -> Outcome:
     """Run `argv` to completion, timeout or interruption. `interrupt()` is polled; a non-None
-    answer names why the command is being stopped."""
+    answer names why the command is being stopped. A `warm` interpreter that fits the command
+    (`WarmInterpreter.mismatch`) runs it instead of a new process."""
     started = time.monotonic()
-    proc = subprocess.Popen(argv, cwd=cwd, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT, start_new_session=True, preexec_fn=_die_with_parent)
+    proc = warm.take(argv, cwd, env) if warm is not None and warm.mismatch(argv, env) is None else None
+    if proc is None:
+        proc = subprocess.Popen(argv, cwd=cwd, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                                stderr=subprocess.STDOUT, start_new_session=True, preexec_fn=die_with_parent)
     pgid = proc.pid  # start_new_session makes the child the leader of its own group
     if on_start is not None:
         on_start(proc)

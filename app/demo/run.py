@@ -198,7 +198,10 @@ class Demo:
             command = [*polite, parallax, "runner", "--server", base, "--registration-token", registration,
                        "--name", f"demo-{platform}", "--label", f"platform={platform}",
                        "--work-dir", str(self.work / f"runner-{platform}"), "--poll", "2", "--heartbeat", "5",
-                       "--grace", "5", "--host-lock", str(self.work / "host.lock")]
+                       "--grace", "5", "--host-lock", str(self.work / "host.lock"),
+                       # Each job's interpreter has imported torch while the runner waited: most of a
+                       # demo job's 1.2 s was that import (docs/runner.md, the warm interpreter).
+                       "--warm-import", "torch"]
             runner = Runner(platform, self.work, command, env)
             runner.start()
             self.runners.append(runner)

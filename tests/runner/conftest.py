@@ -14,13 +14,15 @@ from tests.support.settings import make_settings
 
 @pytest.fixture
 def make_harness(tmp_path: Path, git_repo: Path) -> Iterator[Callable[..., Harness]]:
-    """Builds a Harness on a given database URL: `make_harness(url, lease_s=3, timeout_s=30)`."""
+    """Builds a Harness on a given database URL: `make_harness(url, lease_s=3, timeout_s=30,
+    command=(python, fake_suite.py))`."""
     made: list[Harness] = []
 
-    def build(database_url: str, *, lease_s: int = 3, timeout_s: int = 30) -> Harness:
+    def build(database_url: str, *, lease_s: int = 3, timeout_s: int = 30,
+              command: tuple[str, ...] = (sys.executable, str(FAKE_SUITE))) -> Harness:
         from app.core.config import RepositorySpec, SuiteSpec
         from app.web import create_app
-        suite = SuiteSpec(name="fake", command=(sys.executable, str(FAKE_SUITE)), platforms=("cpu", "rocm-sim"),
+        suite = SuiteSpec(name="fake", command=command, platforms=("cpu", "rocm-sim"),
                           timeout_s=timeout_s, repeats=3, max_attempts=3)
         settings = make_settings(database_url, lease_s=lease_s, claim_max_wait_s=2.0,
                                  repositories=(RepositorySpec(name="demo/engine", url=str(git_repo)),),

@@ -6,13 +6,17 @@ environment) picks a behaviour; FAKE_SUITE_DIR receives marker files tests wait 
 """
 from __future__ import annotations
 
-import json
-import math
-import os
-import subprocess
 import sys
-import time
-from pathlib import Path
+
+# Which of these a warm interpreter (runners/warm.py) imported before the suite started.
+PRELOADED = sorted(name for name in ("decimal", "fractions") if name in sys.modules)
+
+import json  # noqa: E402  (after the look at sys.modules above)
+import math  # noqa: E402
+import os  # noqa: E402
+import subprocess  # noqa: E402
+import time  # noqa: E402
+from pathlib import Path  # noqa: E402
 
 MODE = os.environ.get("FAKE_SUITE_MODE", "ok")
 CONTROL = Path(os.environ.get("FAKE_SUITE_DIR", "."))
@@ -35,7 +39,8 @@ def document(samples: list[float]) -> dict[str, object]:
         "context": {"head": head, "file": Path("file.txt").read_text().strip(),
                     "job_id": os.environ.get("PARALLAX_JOB_ID"), "commit_env": os.environ.get("PARALLAX_COMMIT"),
                     "repeats": os.environ.get("PARALLAX_REPEATS"), "device_env": device,
-                    "secret_seen": "PARALLAX_REGISTRATION_TOKEN" in os.environ},
+                    "secret_seen": "PARALLAX_REGISTRATION_TOKEN" in os.environ, "preloaded": PRELOADED,
+                    "main": __name__, "pid": os.getpid()},
         "environment": {"platform": os.environ.get("PARALLAX_PLATFORM"), "device": "fake",
                         "simulated": device.startswith("sim:") and MODE != "claims-real"},
     }

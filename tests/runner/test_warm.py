@@ -1,0 +1,212 @@
+"""The warm interpreter (runners/warm.py): a job handed to it sees what a cold `python -m` start
+would show it, with the named libraries already imported; anything that could make the two
+differ starts cold."""
+from __future__ import annotations
+
+import json
+import logging
+import os
+import signal
+import sys
+import threading
+from pathlib import Path
+
+import pytest
+
+from runners.execute import run
+from runners.host_lock import HostLock
+from runners.warm import WarmInterpreter
+from tests.support.runner_harness import pid_alive, wait_for
+
+# What a job reports about its own start: where it runs, with what, and what was imported before it.
+PROBE = """
+import json, os, sys
+preloaded = "heavy_lib" in sys.modules
+import heavy_lib
+json.dump({"cwd": os.getcwd(), "argv": sys.argv[1:], "argv0": os.path.basename(sys.argv[0]),
+           "path0": sys.path[0], "name": __name__, "stdin": sys.stdin.read(), "preloaded": preloaded,
+           "imports_of_heavy_lib": heavy_lib.IMPORTS, "job": os.environ.get("PARALLAX_JOB_ID"),
+           "child_sees_job": os.popen("echo $PARALLAX_JOB_ID").read().strip()},
+          open(os.environ["PARALLAX_RESULTS"], "w"))
+"""
+
+
+@pytest.fixture
+def layout(tmp_path: Path) -> dict[str, Path]:
+    """A library on PYTHONPATH (counts its imports) and a worktree holding the job's package."""
+    lib = tmp_path / "lib"
+    lib.mkdir()
+    (lib / "heavy_lib.py").write_text("IMPORTS = 1\n")
+    worktree = tmp_path / "worktree"
+    (worktree / "suite").mkdir(parents=True)
+    (worktree / "suite" / "__init__.py").write_text("")
+    (worktree / "suite" / "probe.py").write_text(PROBE)
+    return {"lib": lib, "worktree": worktree, "warm": tmp_path / "warm", "results": tmp_path / "results.json"}
+
+
+def base_env(layout: dict[str, Path]) -> dict[str, str]:
+    return {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "PYTHONPATH": str(layout["lib"])}
+
+
+def job_env(layout: dict[str, Path], **extra: str) -> dict[str, str]:
+    return {**base_env(layout), "PARALLAX_RESULTS": str(layout["results"]), "PARALLAX_JOB_ID": "7", **extra}
+
+
+ARGV = [sys.executable, "-m", "suite.probe", "--repeats", "3"]
+
+
+def run_job(layout: dict[str, Path], env: dict[str, str], warm: WarmInterpreter | None) -> dict[str, object]:
+    output: list[bytes] = []
+    outcome = run(ARGV, cwd=layout["worktree"], env=env, timeout_s=120, output=output.append,
+                  interrupt=lambda: None, warm=warm)
+    assert outcome.exit_code == 0, b"".join(output).decode()
+    return json.loads(layout["results"].read_text())
+
+
+def started(layout: dict[str, Path], modules: tuple[str, ...] = ("heavy_lib",)) -> WarmInterpreter:
+    warm = WarmInterpreter.start(sys.executable, base_env(layout), modules, layout["warm"])
+    assert warm.wait_ready(120)
+    return warm
+
+
+def test_a_job_in_the_warm_interpreter_sees_what_a_cold_start_shows_it(layout):
+    cold = run_job(layout, job_env(layout), None)
+    warm = run_job(layout, job_env(layout), started(layout))
+    assert cold["preloaded"] is False and warm["preloaded"] is True
+    for report in (cold, warm):
+        del report["preloaded"]
+    assert warm == cold
+    assert cold["cwd"] == str(layout["worktree"]) and cold["path0"] == str(layout["worktree"])
+    assert cold["argv"] == ["--repeats", "3"] and cold["argv0"] == "probe.py" and cold["name"] == "__main__"
+    assert cold["job"] == cold["child_sees_job"] == "7" and cold["stdin"] == ""
+    assert cold["imports_of_heavy_lib"] == 1
+
+
+def test_the_job_s_output_and_exit_status_come_back_as_from_a_cold_start(layout):
+    (layout["worktree"] / "suite" / "fails.py").write_text("import sys\nprint('to stdout')\n"
+                                                           "print('to stderr', file=sys.stderr)\nsys.exit(3)\n")
+    warm = started(layout)
+    assert warm.mismatch([sys.executable, "-m", "suite.fails"], job_env(layout)) is None
+    output: list[bytes] = []
+    outcome = run([sys.executable, "-m", "suite.fails"], cwd=layout["worktree"], env=job_env(layout), timeout_s=120,
+                  output=output.append, interrupt=lambda: None, warm=warm)
+    assert outcome.exit_code == 3
+    assert b"to stdout" in b"".join(output) and b"to stderr" in b"".join(output)
+
+
+def test_a_job_whose_environment_differs_beyond_the_job_variables_starts_cold(layout):
+    warm = started(layout)
+    env = job_env(layout, OMP_NUM_THREADS="1")
+    assert warm.mismatch(ARGV, env) == "the job's environment differs in OMP_NUM_THREADS"
+    assert run_job(layout, env, warm)["preloaded"] is False  # run() starts it cold
+    assert warm.proc.poll() is None  # still waiting for a job that fits
+    assert run_job(layout, job_env(layout), warm)["preloaded"] is True
+
+
+def test_only_python_dash_m_commands_are_handed_over(layout):
+    warm = started(layout)
+    assert warm.mismatch([sys.executable, "suite/probe.py"], job_env(layout)) is not None
+    assert warm.mismatch(["/usr/bin/python3.9", "-m", "suite.probe"], job_env(layout)) is not None
+    assert warm.mismatch([sys.executable, "-u", "-m", "suite.probe"], job_env(layout)) is not None
+    warm.close()
+
+
+def test_a_library_that_cannot_be_imported_is_reported_and_leaves_cold_starts(layout, caplog):
+    with caplog.at_level(logging.WARNING, logger="parallax.runner"):
+        warm = WarmInterpreter.start(sys.executable, base_env(layout), ("no_such_library",), layout["warm"])
+        assert warm.wait_ready(120) is False
+    assert "could not import no_such_library" in caplog.text and "ModuleNotFoundError" in caplog.text
+    assert warm.mismatch(ARGV, job_env(layout)) is not None
+    assert run_job(layout, job_env(layout), warm)["preloaded"] is False
+
+
+def test_a_timeout_kills_a_warm_started_job_and_its_children(layout):
+    pids = layout["worktree"] / "pids"
+    (layout["worktree"] / "suite" / "hangs.py").write_text(
+        "import os, subprocess, sys, time\n"
+        "child = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(600)'])\n"
+        f"open({str(pids)!r}, 'w').write(f'{{os.getpid()}} {{child.pid}}')\n"
+        "time.sleep(600)\n")
+    warm = started(layout)
+    checked = {"n": 0}
+
+    def interrupt() -> str | None:
+        checked["n"] += 1
+        return "cancelled" if pids.exists() and pids.read_text().count(" ") == 1 else None
+    outcome = run([sys.executable, "-m", "suite.hangs"], cwd=layout["worktree"], env=job_env(layout), timeout_s=600,
+                  output=lambda data: None, interrupt=interrupt, kill_grace_s=1, warm=warm)
+    assert outcome.stopped_by == "cancelled"
+    leader, child = (int(p) for p in pids.read_text().split())
+    assert leader == warm.proc.pid
+    wait_for(lambda: not pid_alive(leader) and not pid_alive(child), 30, "the job's processes to be gone")
+
+
+def test_closing_an_unused_interpreter_ends_it(layout):
+    warm = started(layout)
+    warm.close()
+    assert warm.proc.poll() is not None
+    warm.close()  # twice is harmless
+
+
+def test_a_runner_with_warm_import_runs_each_job_at_its_commit_in_a_fresh_warm_interpreter(make_harness, sqlite_url):
+    root = Path(__file__).resolve().parents[2]
+    h = make_harness(sqlite_url, command=(sys.executable, "-m", "tests.runner.fake_suite"))
+    job_ids = [h.enqueue(sha) for sha in h.shas]
+    proc = h.start_runner("r1", "--warm-import", "decimal", env={"PYTHONPATH": str(root)})
+    jobs = [h.wait_job(job_id, ("succeeded", "failed"), proc=proc) for job_id in job_ids]
+    proc.send_signal(signal.SIGTERM)
+    assert h.wait_exit(proc) == 0
+    pids = set()
+    for i, (sha, job) in enumerate(zip(h.shas, jobs)):
+        assert job["state"] == "succeeded", job
+        assert "the command runs in the warm interpreter (decimal imported ahead)" in job["log"]
+        [run] = h.runs(job["id"])
+        context = run["context"]
+        assert context["preloaded"] == ["decimal"] and context["main"] == "__main__"
+        assert context["head"] == context["commit_env"] == sha and context["file"] == f"version {i}"
+        assert context["job_id"] == str(job["id"]) and context["repeats"] == "3"
+        pids.add(context["pid"])
+    assert len(pids) == 3  # one interpreter per job, never reused
+    assert not any(pid_alive(pid) for pid in pids)
+
+
+def test_a_runner_without_warm_import_starts_each_job_cold(make_harness, sqlite_url):
+    root = Path(__file__).resolve().parents[2]
+    h = make_harness(sqlite_url, command=(sys.executable, "-m", "tests.runner.fake_suite"))
+    job_id = h.enqueue(h.shas[0])
+    proc = h.start_runner("r1", "--once", env={"PYTHONPATH": str(root)})
+    assert h.wait_exit(proc) == 0, h.runner_log(proc)
+    job = h.job(job_id)
+    assert job["state"] == "succeeded" and "warm interpreter" not in job["log"]
+    [run] = h.runs(job_id)
+    assert run["context"]["preloaded"] == []
+
+
+def test_the_warm_interpreter_starts_only_when_no_job_on_the_machine_measures(make_harness, sqlite_url):
+    root = Path(__file__).resolve().parents[2]
+    h = make_harness(sqlite_url, command=(sys.executable, "-m", "tests.runner.fake_suite"))
+    lock = HostLock(h.tmp_path / "host.lock")
+    measuring, release = threading.Event(), threading.Event()
+
+    def measure() -> None:  # a real-platform job of another runner, holding the host alone
+        with lock.hold(True):
+            measuring.set()
+            release.wait(120)
+    holder = threading.Thread(target=measure, daemon=True)
+    holder.start()
+    assert measuring.wait(60)
+    proc = h.start_runner("r1", "--warm-import", "decimal", "--host-lock", str(lock.path),
+                          env={"PYTHONPATH": str(root)})
+    try:
+        wait_for(lambda: "to start the warm interpreter" in h.runner_log(proc), 60,
+                 "the runner to wait for the host lock")
+        assert not (h.tmp_path / "work-r1" / "warm").exists()  # not started beside the measurement
+    finally:
+        release.set()
+        holder.join(60)
+    job_id = h.enqueue(h.shas[0])
+    job = h.wait_job(job_id, ("succeeded", "failed"), proc=proc)
+    proc.send_signal(signal.SIGTERM)
+    assert h.wait_exit(proc) == 0
+    assert "runs in the warm interpreter" in job["log"]
+
