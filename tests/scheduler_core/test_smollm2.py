@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 import torch
+from filelock import FileLock
 
 from scheduler_core.engine import Engine
 from scheduler_core.model.llama import ForwardBatch, KVCache
@@ -40,14 +41,35 @@ def engine() -> Engine:
 
 
 @pytest.fixture(scope="module")
-def hf():
+def hf(tmp_path_factory: pytest.TempPathFactory):
+    """transformers' own reading of the GGUF file: model and tokenizer. Its conversion costs about
+    13 s of CPU and worksteal spreads this module over several workers, so the first worker of a
+    run keeps the converted weights, config and tokenizer in the run's shared temporary directory
+    (keyed by the file and the transformers version) and the others load those (about 2 s)."""
     transformers = pytest.importorskip("transformers")
     pytest.importorskip("accelerate")
     path = smollm2_gguf_path()
-    model = transformers.AutoModelForCausalLM.from_pretrained(str(path.parent), gguf_file=path.name,
-                                                              dtype=torch.float32).eval()
-    tokenizer = transformers.AutoTokenizer.from_pretrained(str(path.parent), gguf_file=path.name)
-    return model, tokenizer
+    stat = path.stat()
+    key = f"{path.name}-{stat.st_size}-{stat.st_mtime_ns}-transformers-{transformers.__version__}"
+    # Under xdist the base temp is per worker and its parent is this run's; alone, the parent is
+    # the user's, where the key above keeps a stale conversion from being used.
+    cache = tmp_path_factory.getbasetemp().parent / "smollm2-transformers" / key
+    cache.parent.mkdir(parents=True, exist_ok=True)
+    with FileLock(str(cache) + ".lock"):
+        if not (cache / "complete").exists():
+            model = transformers.AutoModelForCausalLM.from_pretrained(str(path.parent), gguf_file=path.name,
+                                                                      dtype=torch.float32).eval()
+            tokenizer = transformers.AutoTokenizer.from_pretrained(str(path.parent), gguf_file=path.name)
+            cache.mkdir(exist_ok=True)
+            torch.save(model.state_dict(), cache / "weights.pt")
+            model.config.to_json_file(cache / "config.json")
+            tokenizer.save_pretrained(cache)
+            (cache / "complete").touch()
+            return model, tokenizer
+    config = transformers.AutoConfig.from_pretrained(cache)
+    model = transformers.AutoModelForCausalLM.from_config(config, dtype=torch.float32)
+    model.load_state_dict(torch.load(cache / "weights.pt", mmap=True, weights_only=True))
+    return model.eval(), transformers.AutoTokenizer.from_pretrained(cache)
 
 
 def test_tokenizer_matches_transformers(engine: Engine, hf) -> None:
