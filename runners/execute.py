@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import codecs
 import collections
-import ctypes
 import logging
 import os
 import re
@@ -17,13 +16,12 @@ import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Callable
+from typing import Callable
 
-if TYPE_CHECKING:  # runners.warm starts its interpreter with die_with_parent below
-    from runners.warm import WarmInterpreter
+from runners.children import die_with_parent
+from runners.warm import WarmInterpreter
 
 log = logging.getLogger(__name__)
-PR_SET_PDEATHSIG = 1
 
 
 @dataclass(frozen=True)
@@ -44,19 +42,6 @@ def resolve_argv(command: list[str]) -> list[str]:
     if argv[0] in ("python", "python3"):
         argv[0] = sys.executable
     return argv
-
-
-try:  # resolved here, not in the forked child, where loading a library could deadlock
-    _prctl: Callable[..., int] | None = ctypes.CDLL(None, use_errno=True).prctl
-except (OSError, AttributeError):
-    _prctl = None
-
-
-def die_with_parent() -> None:
-    # Runs in the child between fork and exec: if the agent is SIGKILLed, the kernel kills the
-    # job's leader too, so a crashed runner does not leave a benchmark holding the GPU.
-    if _prctl is not None:
-        _prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
 
 
 def kill_group(pgid: int, proc: subprocess.Popen[bytes] | None, grace_s: float) -> None:

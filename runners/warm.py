@@ -28,7 +28,7 @@ import subprocess
 import time
 from pathlib import Path
 
-from runners.execute import die_with_parent
+from runners.children import die_with_parent
 
 log = logging.getLogger("parallax.runner")
 

@@ -61,6 +61,10 @@ class SuiteSpec:
     pr_max_rounds: int = 12
     # The platforms a pull request is compared on; None: all of `platforms`.
     pr_platforms: tuple[str, ...] | None = None
+    # A noise floor per platform: the smallest relative change that is reported there (an alert,
+    # a platform counted as changed, a pull request's worse/better), for a runner whose level
+    # wanders (a shared machine). The metric's own minimum (2 %) still applies where it is larger.
+    min_change: Mapping[str, float] = field(default_factory=dict)
 
 
 RETENTION_KINDS = ("superseded-pr-head", "bisect-probe", "other-branch", "default-branch")
@@ -192,7 +196,7 @@ def _require(table: Mapping[str, Any], key: str, where: str, kind: type) -> Any:
 
 SUITE_KEYS = frozenset({"name", "command", "platforms", "timeout_s", "repeats", "commit_policy", "labels",
                         "max_attempts", "adapter", "outputs", "setup", "setup_timeout_s", "env",
-                        "pull_requests", "pr_max_rounds", "pr_platforms"})
+                        "pull_requests", "pr_max_rounds", "pr_platforms", "min_change"})
 
 
 def _adapter_keys(table: Mapping[str, Any], where: str, known_platforms: tuple[str, ...]) -> dict[str, Any]:
@@ -243,6 +247,21 @@ def _string_list(value: Any, where: str) -> tuple[str, ...]:
     return tuple(value)
 
 
+def _min_change(value: Any, where: str, suite_platforms: tuple[str, ...]) -> dict[str, float]:
+    """`min_change = { cpu = 0.10 }`: a fraction above 0 and below 1 for some of the suite's platforms."""
+    if not isinstance(value, Mapping):
+        raise ConfigError(f"{where} must be a table of platform = fraction, e.g. {{ cpu = 0.10 }}, got {value!r}")
+    floors = {}
+    for platform, fraction in value.items():
+        if platform not in suite_platforms:
+            raise ConfigError(f"{where}: {platform!r} is not one of the suite's platforms ({', '.join(suite_platforms)})")
+        if isinstance(fraction, bool) or not isinstance(fraction, (int, float)) or not 0 < fraction < 1:
+            raise ConfigError(f"{where}.{platform} must be a fraction above 0 and below 1 (0.10 is 10 %), "
+                              f"got {fraction!r}")
+        floors[str(platform)] = float(fraction)
+    return floors
+
+
 def parse_catalogue(data: Mapping[str, Any], source: str = "parallax.toml") -> dict[str, Any]:
     """Validate the `[[repositories]]`, `[[suites]]` and `platforms` tables of parallax.toml."""
     repositories = []
@@ -277,6 +296,7 @@ def parse_catalogue(data: Mapping[str, Any], source: str = "parallax.toml") -> d
             if not pr_platforms or strangers:
                 raise ConfigError(f"{where}.pr_platforms must name some of the suite's platforms "
                                   f"({', '.join(suite_platforms)}), got {list(pr_platforms)!r}")
+        min_change = _min_change(table.get("min_change", {}), f"{where}.min_change", suite_platforms)
         for key, value in (("timeout_s", timeout_s), ("repeats", repeats), ("pr_max_rounds", pr_max_rounds)):
             if not isinstance(value, int) or value <= 0:
                 raise ConfigError(f"{where}.{key} must be a positive integer, got {value!r}")
@@ -292,6 +312,7 @@ def parse_catalogue(data: Mapping[str, Any], source: str = "parallax.toml") -> d
             pull_requests=pull_requests,
             pr_max_rounds=pr_max_rounds,
             pr_platforms=pr_platforms,
+            min_change=min_change,
             **_adapter_keys(table, where, known_platforms=platforms),
         ))
     return {"repositories": tuple(repositories), "suites": tuple(suites), "platforms": platforms,

@@ -190,6 +190,7 @@ class Suite(Base):
     pull_requests: Mapped[bool] = mapped_column(Boolean, default=True)  # measured base against head on PRs
     pr_max_rounds: Mapped[int] = mapped_column(Integer, default=12)  # A/B rounds per platform at most
     pr_platforms: Mapped[list[str] | None] = mapped_column(JSON)  # compared on PRs; None: every platform
+    min_change: Mapped[dict[str, float]] = mapped_column(JSON, default=dict)  # noise floor per platform
 
 
 class RegistrationToken(Base):

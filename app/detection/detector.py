@@ -27,7 +27,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field, replace
 from functools import lru_cache
-from typing import Sequence
+from typing import Mapping, Sequence
 
 import numpy as np
 import ruptures as rpt
@@ -513,14 +513,16 @@ def _finite_median(values: Sequence[float]) -> float | None:
 
 def classify_change(platform: str, change: ChangePoint, own: PlatformSeries,
                     others: dict[str, PlatformSeries], config: DetectorConfig = DEFAULT_CONFIG,
-                    alpha: float = 0.01, min_effect: float = 3.0) -> Classification:
+                    alpha: float = 0.01, min_effect: float = 3.0,
+                    min_relative_of: Mapping[str, float] | None = None) -> Classification:
     """Is a change seen on `platform` specific to it? Each other platform Q is compared across
     the same commits (the change's two test segments, by position): Q *changed* when its own
     before/after test is significant in the same direction, or Q's own change points include
     one whose range overlaps; Q is *unchanged with evidence* when it did not change that way and
     P moved relative to Q (the log-ratio series P/Q changes at the range by the same test or
     by its own change points, or, with too few shared commits, the two relative changes differ
-    by `min_effect` standard errors)."""
+    by `min_effect` standard errors). Q's change counts only from `min_relative_of[Q]` on (a
+    platform's noise floor; default `config.min_relative`)."""
     left_low = own.positions[max(0, change.index - change.n_before)]
     right_high = own.positions[min(len(own.positions) - 1, change.index + change.n_after - 1)]
     own_level = abs(change.before) or 1.0
@@ -548,13 +550,14 @@ def classify_change(platform: str, change: ChangePoint, own: PlatformSeries,
         assert q_change is not None
         ratio, ratio_point = _log_ratio_test(own, series, change, left_low, right_high, config)
         window = left + right
+        q_config = replace(config, min_relative=(min_relative_of or {}).get(name, config.min_relative))
         own_point = _overlapping([series.points[i] for i in window], [series.positions[i] for i in window],
-                                 change, config)
+                                 change, q_config)
         se = math.hypot(_relative_se(change), _relative_se(q_change))
         difference_z = abs(change.relative_change - q_change.relative_change) / se if se > 0 else math.inf
         sign = math.copysign(1, change.relative_change)
         same_way = ((q_change.p_value < alpha and q_change.effect >= min_effect
-                     and abs(q_change.relative_change) >= config.min_relative
+                     and abs(q_change.relative_change) >= q_config.min_relative
                      and math.copysign(1, q_change.relative_change) == sign)
                     or (own_point is not None and math.copysign(1, own_point.relative_change) == sign))
         ratio_moved = ((ratio is not None and ratio.p_value < alpha and ratio.effect >= min_effect)

@@ -73,10 +73,20 @@ MIN_RELATIVE: dict[str, float] = {"itl_p99": 0.05, "ttft_p99": 0.05, "e2e_latenc
                                   "accuracy": 0.01}
 
 
-def config_for(metric: str) -> DetectorConfig:
-    if metric in MIN_RELATIVE:
-        return replace(DEFAULT_CONFIG, min_relative=MIN_RELATIVE[metric])
-    return DEFAULT_CONFIG
+def config_for(metric: str, floor: float = 0.0) -> DetectorConfig:
+    """The detector's settings for a metric; `floor` is the suite's noise floor on the platform
+    (`min_change`), which raises the metric's minimum relative change where it is larger."""
+    least = max(MIN_RELATIVE.get(metric, DEFAULT_CONFIG.min_relative), floor)
+    return DEFAULT_CONFIG if least == DEFAULT_CONFIG.min_relative else replace(DEFAULT_CONFIG, min_relative=least)
+
+
+def noise_floors(session: Session, suite: str) -> dict[str, float]:
+    """The suite's `min_change` per platform (empty for a suite not in the catalogue)."""
+    return dict(session.scalar(select(Suite.min_change).where(Suite.name == suite)) or {})
+
+
+def series_config(session: Session, key: SeriesKey) -> DetectorConfig:
+    return config_for(key.metric, noise_floors(session, key.suite).get(key.platform, 0.0))
 
 
 ACCURACY_ALPHA = 1e-3          # paired McNemar / two-proportion p-value for an accuracy alert
@@ -184,7 +194,7 @@ def scan_series(session: Session, key: SeriesKey, *, full: bool) -> ScanReport:
     else:
         points = [p.samples for p in series.points]
         positions = [p.position for p in series.points]
-        config = config_for(key.metric)
+        config = series_config(session, key)
         analysis = analyse(points, positions, config) if full else analyse_recent(points, positions, config)
         changes = analysis.changes
         found = []
@@ -381,7 +391,7 @@ def _restore(session: Session, series: Series, improvement: AlertChange, report:
             continue
         scale = abs(base) or 1.0
         # Back to within a quarter of the drop (or the minimum magnitude) of the old level.
-        tolerance = max(config_for(series.key.metric).min_relative, 0.25 * abs(earlier.relative_change))
+        tolerance = max(series_config(session, series.key).min_relative, 0.25 * abs(earlier.relative_change))
         if abs(improvement.after_value - base) / scale > tolerance and not (base == 0 and improvement.after_value == 0):
             continue
         earlier.details = {**earlier.details, "restored_by": improvement.id}
@@ -629,7 +639,11 @@ def _classify(session: Session, series: Series, change: ChangePoint,
               for platform, s in sibling_series(session, series.key, last=2 * DEFAULT_CONFIG.window).items()
               if s.points}
     own = PlatformSeries([p.samples for p in series.points], [p.position for p in series.points])
-    verdict = classify_change(series.key.platform, change, own, others, config_for(series.key.metric))
+    floors = noise_floors(session, series.key.suite)
+    verdict = classify_change(series.key.platform, change, own, others,
+                              config_for(series.key.metric, floors.get(series.key.platform, 0.0)),
+                              min_relative_of={name: config_for(series.key.metric, floors.get(name, 0.0)).min_relative
+                                               for name in others})
     details: dict[str, Any] = {"platforms": verdict.changed, "unchanged": verdict.unchanged,
                                "missing": verdict.missing, "ambiguous": verdict.ambiguous,
                                "comparison": verdict.details}

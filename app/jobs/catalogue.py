@@ -63,7 +63,8 @@ def _suite_values(spec: SuiteSpec) -> dict[str, Any]:
             "max_attempts": spec.max_attempts, "adapter": spec.adapter, "outputs": list(spec.outputs),
             "setup": list(spec.setup) if spec.setup else None, "setup_timeout_s": spec.setup_timeout_s,
             "env": dict(spec.env), "pull_requests": spec.pull_requests, "pr_max_rounds": spec.pr_max_rounds,
-            "pr_platforms": list(spec.pr_platforms) if spec.pr_platforms else None}
+            "pr_platforms": list(spec.pr_platforms) if spec.pr_platforms else None,
+            "min_change": dict(spec.min_change)}
 
 
 def _comparable(values: dict[str, Any]) -> dict[str, Any]:
@@ -71,7 +72,7 @@ def _comparable(values: dict[str, Any]) -> dict[str, Any]:
     out = dict(values)
     for key in ("command", "platforms", "outputs"):
         out[key] = list(out[key] or [])
-    for key in ("labels", "env"):
+    for key in ("labels", "env", "min_change"):
         out[key] = dict(out[key] or {})
     out["setup"] = list(out["setup"]) if out["setup"] else None
     out["pr_platforms"] = list(out["pr_platforms"]) if out["pr_platforms"] else None

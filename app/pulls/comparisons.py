@@ -292,7 +292,8 @@ def group_verdicts(session: Session, group: Group) -> list[MetricVerdict]:
             continue  # the per-question vectors answer it, paired
         base = [[float(x) for x in ms[name].samples] for ms, _ in sides["base"] if name in ms]
         head = [[float(x) for x in ms[name].samples] for ms, _ in sides["head"] if name in ms]
-        out.append(compare_levels(group.platform, group.suite.name, name, direction, base, head, alpha))
+        out.append(compare_levels(group.platform, group.suite.name, name, direction, base, head, alpha,
+                                  floor=(group.suite.min_change or {}).get(group.platform, 0.0)))
     for name in item_names:
         base_items = [items.get(name, []) for _, items in sides["base"]]
         head_items = [items.get(name, []) for _, items in sides["head"]]

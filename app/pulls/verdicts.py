@@ -7,10 +7,11 @@ one run, so pooled samples would over-trust repetitions (see `app.detection.dete
 head levels are compared on the log scale with Welch's t test; the relative change is the ratio
 of geometric means, with its 95 % interval. The thresholds are the detector's: a change is
 `worse` or `better` when p <= alpha and it is at least `min_relative` (2 %, per-metric
-overrides as in detection), where alpha is the detector's 0.01 shared over the looks the
-adaptive rounds take (`look_alpha`); `unchanged` when it is not, and the 95 % interval lies
-inside +-`EQUIVALENCE` (4 %, so a 5 % change is not called unchanged); else `inconclusive`
-(more rounds help). `bench/pr_verdict.py` measured these choices.
+overrides as in detection, raised to the suite's noise floor on the platform, `min_change`),
+where alpha is the detector's 0.01 shared over the looks the adaptive rounds take
+(`look_alpha`); `unchanged` when it is not, and the 95 % interval lies inside +-`EQUIVALENCE`
+(4 %, so a 5 % change is not called unchanged; the noise floor where it is larger); else
+`inconclusive` (more rounds help). `bench/pr_verdict.py` measured these choices.
 Accuracy suites compare their per-question vectors, paired round by round (exact McNemar).
 """
 from __future__ import annotations
@@ -75,18 +76,21 @@ def min_relative(metric: str) -> float:
 
 
 def _label(change: float, low: float, high: float, p: float, direction: str, threshold: float,
-           alpha: float = ALPHA) -> str:
+           alpha: float = ALPHA, equivalence: float = EQUIVALENCE) -> str:
     good_sign = 1.0 if direction == "higher_is_better" else -1.0
     if p <= alpha and abs(change) >= threshold:
         return "better" if math.copysign(1.0, change) == good_sign else "worse"
-    if -EQUIVALENCE < low and high < EQUIVALENCE:
+    if -equivalence < low and high < equivalence:
         return "unchanged"
     return "inconclusive"
 
 
 def compare_levels(platform: str, suite: str, metric: str, direction: str,
-                   base: Sequence[Sequence[float]], head: Sequence[Sequence[float]], alpha: float = ALPHA) -> MetricVerdict:
-    """`base` and `head` hold each job's samples (one list per job)."""
+                   base: Sequence[Sequence[float]], head: Sequence[Sequence[float]], alpha: float = ALPHA,
+                   floor: float = 0.0) -> MetricVerdict:
+    """`base` and `head` hold each job's samples (one list per job). `floor` is the suite's noise
+    floor on the platform (`min_change`): a smaller change is neither worse nor better, and the
+    interval that reads as unchanged widens to it."""
     base_levels = np.array([float(np.median(s)) for s in base if len(s)])
     head_levels = np.array([float(np.median(s)) for s in head if len(s)])
     rounds = int(min(len(base_levels), len(head_levels)))
@@ -109,7 +113,8 @@ def compare_levels(platform: str, suite: str, metric: str, direction: str,
         half = float(stats.t.ppf(0.975, dof)) * se
         low, high = diff - half, diff + half
     change, ci = math.expm1(diff), (math.expm1(low), math.expm1(high))
-    verdict = _label(change, ci[0], ci[1], p, direction, min_relative(metric), alpha)
+    verdict = _label(change, ci[0], ci[1], p, direction, max(min_relative(metric), floor), alpha,
+                     max(EQUIVALENCE, floor))
     return MetricVerdict(platform, suite, metric, direction, base_median, head_median, change, ci, p, verdict, rounds)
 
 

@@ -20,7 +20,7 @@ from sqlalchemy.orm import Session
 from app.core.models import Alert, AlertChange, AlertState, Branch, BranchCommit, Commit, Measurement, Run, Suite
 from app.detection.detector import detect
 from app.detection.series import Series, SeriesKey, load_series
-from app.detection.service import config_for
+from app.detection.service import config_for, noise_floors
 from app.web.chart_svg import Band, PlotPoint, PlotSeries, Rule, render
 from app.web.dash_common import MARKERS, PALETTE, arg_choice, arg_int, arg_required, arg_sha, median, repository_or_404
 from app.web.session import request_session
@@ -135,6 +135,7 @@ def build(session: Session) -> SeriesView:
     rules: list[Rule] = []
     visible_ids: set[int] = set()
     pending: list[tuple[PlotSeries, list[Any], float | None]] = []
+    floors = noise_floors(session, suite)
     for i, series in enumerate(loaded):
         platform = series.key.platform
         in_view = [p for p in series.points if x_from <= p.position <= x_to]
@@ -151,7 +152,7 @@ def build(session: Session) -> SeriesView:
             level = median(point.samples)
             rows.append((platform, point, level))
         for change in detect([p.samples for p in series.points], [p.position for p in series.points],
-                             config_for(metric)):
+                             config_for(metric, floors.get(platform, 0.0))):
             good, bad = series.points[change.index - 1].sha[:10], series.points[change.index].sha[:10]
             rules.append(Rule(position=change.bad_position - 0.5, platform=platform,
                               label=f"change point on {platform}: {change.relative_change * 100:+.1f}% between {good} and {bad}"))

@@ -21,10 +21,10 @@ from app.core.clock import utcnow
 from app.core.errors import Invalid, NotFound
 from app.core.limits import free_text
 from app.core.models import Alert, AlertChange, AlertState, Commit, Repository, Run
-from app.detection.detector import analyse
+from app.detection.detector import DetectorConfig, analyse
 from app.detection.documents import alert_json
 from app.detection.series import Series, SeriesKey, load_series
-from app.detection.service import config_for, json_safe
+from app.detection.service import config_for, json_safe, noise_floors
 from app.explain.service import explain_alert
 from app.web.auth import require_maintainer
 from app.web.bodies import json_body, settings
@@ -76,9 +76,10 @@ def _point_json(point: Any) -> dict[str, Any]:
             "summary": summary}
 
 
-def series_json(series: Series, context: dict[str, Any] | None) -> dict[str, Any]:
-    analysis = analyse([p.samples for p in series.points], [p.position for p in series.points],
-                       config_for(series.key.metric))
+def series_json(series: Series, context: dict[str, Any] | None, config: DetectorConfig) -> dict[str, Any]:
+    """The series with what the detector finds in it (`config`: the metric's and the suite's
+    noise floor on the platform, as the service's scan uses)."""
+    analysis = analyse([p.samples for p in series.points], [p.position for p in series.points], config)
     changes, points, noise = analysis.changes, series.points, analysis.noise
     return {
         "context_fingerprint": series.key.context_fingerprint, "context": context,
@@ -135,11 +136,12 @@ def _series_answer(session: Session, repository: Repository, key: SeriesRequest)
     if key.context_fingerprint is not None:
         contexts = {k: v for k, v in contexts.items() if k == key.context_fingerprint}
     result = []
+    config = config_for(metric, noise_floors(session, suite).get(platform, 0.0))
     for fingerprint, context in sorted(contexts.items()):
         series = load_series(session, SeriesKey(repository.id, branch, suite, metric, platform, fingerprint),
                              last=key.last)
         if series.points:
-            result.append(series_json(series, context))
+            result.append(series_json(series, context, config))
     return {"repository": repository.name, "branch": branch, "suite": suite, "metric": metric,
             "platform": platform, "series": result}
 
