@@ -377,6 +377,7 @@ def _finite(value: float) -> float:
 def _restore(session: Session, series: Series, improvement: AlertChange, report: ScanReport) -> None:
     """An improvement that brings the level back to where an earlier open regression of the same
     series started marks that regression restored, and its alert fixed once all are."""
+    least = series_config(session, series.key).min_relative
     for earlier in _series_changes(session, series.key):
         if (not earlier.is_regression or earlier.details.get("restored_by") or earlier.id == improvement.id
                 or earlier.alert.kind != improvement.alert.kind):
@@ -391,7 +392,7 @@ def _restore(session: Session, series: Series, improvement: AlertChange, report:
             continue
         scale = abs(base) or 1.0
         # Back to within a quarter of the drop (or the minimum magnitude) of the old level.
-        tolerance = max(series_config(session, series.key).min_relative, 0.25 * abs(earlier.relative_change))
+        tolerance = max(least, 0.25 * abs(earlier.relative_change))
         if abs(improvement.after_value - base) / scale > tolerance and not (base == 0 and improvement.after_value == 0):
             continue
         earlier.details = {**earlier.details, "restored_by": improvement.id}
