@@ -123,3 +123,28 @@ def test_a_pull_request_s_change_below_the_floor_is_not_worse_and_reads_unchange
     floored = compare_levels("cpu", "decode", "decode_throughput", "higher_is_better", base, head, floor=0.10)
     assert plain.verdict == "worse" and plain.change == pytest.approx(-0.05, abs=0.01)
     assert floored.verdict == "unchanged"
+
+
+def down_then_most_of_the_way_back() -> list[float]:
+    return [1000.0] * 20 + [800.0] * 20 + [920.0] * 20
+
+
+def regression_state(db) -> str:  # type: ignore[no-untyped-def]
+    with db.session() as session:
+        (regression,) = session.scalars(select(AlertChange).where(AlertChange.is_regression.is_(True)))
+        return regression.alert.state.value
+
+
+def test_within_the_floor_of_the_old_level_a_regression_counts_as_fixed(build, db):
+    shas = build.branch(60)
+    build.history(shas, "cpu", down_then_most_of_the_way_back(), seed=3)
+    set_floor(db, {"cpu": 0.10})
+    scan_dirty(db)
+    assert regression_state(db) == "fixed"
+
+
+def test_without_the_floor_eight_percent_short_of_the_old_level_is_not_fixed(build, db):
+    shas = build.branch(60)
+    build.history(shas, "cpu", down_then_most_of_the_way_back(), seed=3)
+    scan_dirty(db)
+    assert regression_state(db) != "fixed"
