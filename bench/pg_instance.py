@@ -5,7 +5,9 @@ these, and bench/history_scale.py seeds millions of rows into one, never the mac
 server."""
 from __future__ import annotations
 
+import fcntl
 import os
+import random
 import shutil
 import socket
 import subprocess
@@ -19,10 +21,34 @@ BIN = Path(os.environ.get("PARALLAX_PG_BIN", "/usr/local/bin"))
 PG_BASEBACKUP = shutil.which("pg_basebackup") or "/usr/bin/pg_basebackup"
 
 
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
+# Below Linux's ephemeral range (32768-60999 by default): the kernel never hands these to a client
+# socket, and a port the kernel picked with bind(0) could go to another test's instance while
+# this one is stopped for an outage (a CI run lost both of two fault tests that way).
+PORT_RANGE = (20000, 32000)
+PORT_LOCKS = Path(tempfile.gettempdir()) / "parallax-pg-ports"
+
+
+def reserve_port() -> tuple[int, int]:
+    """A port that no other `PgInstance` on this machine holds and nothing listens on now, with
+    the descriptor of its lock file: the reservation lasts until that descriptor is closed (or
+    its process ends; flock releases with it)."""
+    PORT_LOCKS.mkdir(mode=0o777, exist_ok=True)
+    for _ in range(500):
+        port = random.randint(*PORT_RANGE)
+        fd = os.open(PORT_LOCKS / f"{port}.lock", os.O_RDWR | os.O_CREAT, 0o666)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(fd)
+            continue
+        with socket.socket() as sock:
+            try:
+                sock.bind(("127.0.0.1", port))
+            except OSError:
+                os.close(fd)
+                continue
+        return port, fd
+    raise RuntimeError(f"no free port in {PORT_RANGE[0]}-{PORT_RANGE[1]} after 500 tries")
 
 
 def available() -> str | None:
@@ -58,7 +84,10 @@ class PgInstance:
     def __init__(self, root: Path, port: int | None = None) -> None:
         self.root = root
         self.data = root / "data"
-        self.port = port or free_port()
+        self._port_lock: int | None = None
+        if port is None:
+            port, self._port_lock = reserve_port()
+        self.port = port
         self.log = root / "server.log"
 
     @classmethod
@@ -133,3 +162,6 @@ class PgInstance:
         if self.running():
             self.stop("immediate")
         shutil.rmtree(self.root, ignore_errors=True)
+        if self._port_lock is not None:
+            os.close(self._port_lock)  # the port may go to another instance now
+            self._port_lock = None

@@ -118,9 +118,12 @@ def test_a_postgres_restart_under_load_is_503_then_recovers_with_nothing_lost_or
 
         # The first push of a branch measures the commit it grew from too (docs/github.md).
         total = MANUAL_JOBS + (PUSHES * 2 + 1) * 5
-        wait_for(lambda: count(db, Job) == total and count_state(db, JobState.succeeded) == total
-                 and delivered(db) == PUSHES, 600, f"{total} jobs succeeded and {PUSHES} deliveries processed",
-                 interval_s=0.5)
+        try:
+            wait_for(lambda: count(db, Job) == total and count_state(db, JobState.succeeded) == total
+                     and delivered(db) == PUSHES, 600, f"{total} jobs succeeded and {PUSHES} deliveries processed",
+                     interval_s=0.5)
+        except AssertionError as exc:  # say where it stopped (a CI run timed out here once, cause unknown)
+            raise AssertionError(f"{exc}; {where_it_stands(db, threads)}") from None
     finally:
         stop.set()
         for thread in threads:
@@ -185,6 +188,16 @@ def count(db: Any, model: type) -> int:
 def count_state(db: Any, state: JobState) -> int:
     with db.session() as session:
         return int(session.scalar(select(func.count()).select_from(Job).where(Job.state == state)) or 0)
+
+
+def where_it_stands(db: Any, threads: list[threading.Thread]) -> str:
+    with db.session() as session:
+        jobs = dict(session.execute(select(Job.state, func.count()).group_by(Job.state)).all())
+        deliveries = dict(session.execute(select(WebhookDelivery.state, func.count())
+                                          .group_by(WebhookDelivery.state)).all())
+    alive = sum(thread.is_alive() for thread in threads)
+    return (f"jobs by state {({str(k): v for k, v in jobs.items()})}, deliveries by state {deliveries}, "
+            f"{alive} of {len(threads)} client threads alive")
 
 
 def delivered(db: Any) -> int:

@@ -92,6 +92,9 @@ def test_pages_and_read_apis_read_from_the_replica_and_writes_go_to_the_primary(
 
 def test_pages_keep_answering_from_the_replica_while_the_primary_is_down(app: Any, pair: Pair) -> None:
     client = app.test_client()
+    # Its own commit and job: xdist may run this test in another worker than the one above, with
+    # a pair of its own (a CI run got 404 for the commit page that way).
+    queue_job(client)
     pair.replica.wait_replayed(pair.primary)
     pair.primary.stop("fast")
     try:
