@@ -5,11 +5,8 @@ these, and bench/history_scale.py seeds millions of rows into one, never the mac
 server."""
 from __future__ import annotations
 
-import fcntl
 import os
-import random
 import shutil
-import socket
 import subprocess
 import tempfile
 import time
@@ -17,38 +14,10 @@ from pathlib import Path
 
 import psycopg
 
+from bench.ports import reserve_port
+
 BIN = Path(os.environ.get("PARALLAX_PG_BIN", "/usr/local/bin"))
 PG_BASEBACKUP = shutil.which("pg_basebackup") or "/usr/bin/pg_basebackup"
-
-
-# Below Linux's ephemeral range (32768-60999 by default): the kernel never hands these to a client
-# socket, and a port the kernel picked with bind(0) could go to another test's instance while
-# this one is stopped for an outage (a CI run lost both of two fault tests that way).
-PORT_RANGE = (20000, 32000)
-PORT_LOCKS = Path(tempfile.gettempdir()) / "parallax-pg-ports"
-
-
-def reserve_port() -> tuple[int, int]:
-    """A port that no other `PgInstance` on this machine holds and nothing listens on now, with
-    the descriptor of its lock file: the reservation lasts until that descriptor is closed (or
-    its process ends; flock releases with it)."""
-    PORT_LOCKS.mkdir(mode=0o777, exist_ok=True)
-    for _ in range(500):
-        port = random.randint(*PORT_RANGE)
-        fd = os.open(PORT_LOCKS / f"{port}.lock", os.O_RDWR | os.O_CREAT, 0o666)
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            os.close(fd)
-            continue
-        with socket.socket() as sock:
-            try:
-                sock.bind(("127.0.0.1", port))
-            except OSError:
-                os.close(fd)
-                continue
-        return port, fd
-    raise RuntimeError(f"no free port in {PORT_RANGE[0]}-{PORT_RANGE[1]} after 500 tries")
 
 
 def available() -> str | None:

@@ -12,7 +12,8 @@ from pathlib import Path
 import pytest
 from sqlalchemy import select
 
-from app.demo.service_process import ServiceProcess, free_port
+from app.demo.service_process import ServiceProcess
+from bench.ports import reserve_port
 from tests.support.github import Upstream
 from tests.support.service_api import document
 
@@ -69,7 +70,10 @@ def test_upload_from_a_runner_only_venv_retries_until_the_service_answers(runner
     env, token, upstream = service
     results = tmp_path / "results.json"
     results.write_text(json.dumps(document(environment={"platform": "rocm", "device": "AMD Instinct MI300X"})))
-    port = free_port()
+    # Reserved, not merely free now: the service binds it only after its start-up, seconds after
+    # the early upload below tried it, and a port from bind(0) could go to another test's server
+    # meanwhile (a CI run's early upload reached one and was told "HTTP 401: unknown CI token").
+    port, reservation = reserve_port()
     ci = {"PATH": "/usr/bin:/bin", "GITHUB_ACTIONS": "true", "GITHUB_REPOSITORY": "demo/engine",
           "GITHUB_SHA": upstream.head(), "GITHUB_RUN_ID": "4242", "GITHUB_RUN_ATTEMPT": "1"}
 
@@ -95,6 +99,7 @@ def test_upload_from_a_runner_only_venv_retries_until_the_service_answers(runner
             assert "HTTP 403" in refused.stderr and "may upload only for platform 'rocm'" in refused.stderr
         assert stored_runs(env["PARALLAX_DATABASE_URL"]) == 1
     finally:
+        os.close(reservation)
         if early.poll() is None:
             early.kill()
             early.wait()

@@ -1,6 +1,6 @@
-"""The ports of the fault tests' own PostgreSQL servers (bench/pg_instance.py): reserved across
-processes for an instance's whole life, so one stopped for an outage keeps its port, and chosen
-below the kernel's ephemeral range."""
+"""Ports for the servers tests start and stop (bench/ports.py: the fault tests' own PostgreSQL,
+a service started after its client): reserved across processes for as long as they are held, so
+one stopped for an outage keeps its port, and chosen below the kernel's ephemeral range."""
 from __future__ import annotations
 
 import os
@@ -8,30 +8,30 @@ import socket
 
 import pytest
 
-from bench import pg_instance
+from bench import ports
 
 
 @pytest.fixture
 def one_port(monkeypatch: pytest.MonkeyPatch) -> int:
     """A range of one port that nothing listens on."""
-    for port in range(*pg_instance.PORT_RANGE):
+    for port in range(*ports.PORT_RANGE):
         with socket.socket() as sock:
             try:
                 sock.bind(("127.0.0.1", port))
             except OSError:
                 continue
-        monkeypatch.setattr(pg_instance, "PORT_RANGE", (port, port))
+        monkeypatch.setattr(ports, "PORT_RANGE", (port, port))
         return port
     raise AssertionError("no free port in the range")
 
 
 def test_a_reserved_port_is_not_reserved_again_until_it_is_released(one_port: int) -> None:
-    port, held = pg_instance.reserve_port()
+    port, held = ports.reserve_port()
     assert port == one_port
     with pytest.raises(RuntimeError, match="no free port"):
-        pg_instance.reserve_port()  # another instance, even in this process, must pick another
+        ports.reserve_port()  # another instance, even in this process, must pick another
     os.close(held)
-    again, fd = pg_instance.reserve_port()
+    again, fd = ports.reserve_port()
     os.close(fd)
     assert again == one_port
 
@@ -41,9 +41,9 @@ def test_a_port_something_listens_on_is_skipped(one_port: int) -> None:
         server.bind(("127.0.0.1", one_port))
         server.listen()
         with pytest.raises(RuntimeError, match="no free port"):
-            pg_instance.reserve_port()
+            ports.reserve_port()
 
 
 def test_the_range_is_below_the_kernel_s_ephemeral_ports() -> None:
     low = int(open("/proc/sys/net/ipv4/ip_local_port_range").read().split()[0])
-    assert pg_instance.PORT_RANGE[1] < low
+    assert ports.PORT_RANGE[1] < low
