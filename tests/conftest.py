@@ -21,6 +21,7 @@ from app.git.workdir import git
 from app.jobs.catalogue import sync_catalogue
 from app.web import create_app
 from tests.support.live_server import LiveServer
+from tests.support.ordering import spread_slow
 from tests.support.settings import ADMIN_TOKEN, DEFAULT_PG, REPO_ROOT, SHARED, SUITES, make_settings  # noqa: F401
 
 pytest_plugins = ["tests.support.examples"]
@@ -46,10 +47,13 @@ def pytest_configure(config: pytest.Config) -> None:
             sys.modules["torch"].set_num_threads(1)
 
 
+@pytest.hookimpl(trylast=True)  # after `-m` has deselected: the slices are of what runs
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Slow tests first (a stable sort): workers take the longest tests while the short ones
-    are still there to fill the gaps, instead of one worker finishing the demo alone."""
-    items.sort(key=lambda item: item.get_closest_marker("slow") is None)
+    """Slow tests at the start of every xdist worker's first slice (tests/support/ordering.py):
+    workers take the longest tests while the short ones are still there to fill the gaps."""
+    workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
+    items[:] = spread_slow(items, workers, lambda item: item.get_closest_marker("slow") is not None,
+                           lambda item: item.nodeid.split("::")[0])
 
 
 @pytest.fixture(autouse=True)

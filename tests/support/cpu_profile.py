@@ -52,9 +52,11 @@ class _Recorder:
 
     @pytest.hookimpl(hookwrapper=True)
     def pytest_runtest_protocol(self, item: pytest.Item) -> Iterator[None]:
+        started = time.time()  # the epoch, comparable between workers: who ran what when
         wall, own, children = time.monotonic(), _cpu(resource.RUSAGE_SELF), _cpu(resource.RUSAGE_CHILDREN)
         yield
-        self.write({"test": item.nodeid, "worker": self.worker, "wall_s": round(time.monotonic() - wall, 3),
+        self.write({"test": item.nodeid, "worker": self.worker, "started": round(started, 3),
+                    "wall_s": round(time.monotonic() - wall, 3),
                     "self_cpu_s": round(_cpu(resource.RUSAGE_SELF) - own, 3),
                     "children_cpu_s": round(_cpu(resource.RUSAGE_CHILDREN) - children, 3)})
 
