@@ -31,6 +31,9 @@ def describe(spec: SuiteSpec) -> list[str]:
                      f"{' '.join(spec.setup)}")
     if spec.env:
         lines.append(f"  env (recorded in the context): {', '.join(f'{k}={v}' for k, v in sorted(spec.env.items()))}")
+    if spec.min_change:
+        floors = ", ".join(f"{platform} {fraction:.0%}" for platform, fraction in sorted(spec.min_change.items()))
+        lines.append(f"  noise floor (no smaller change reported there): {floors}")
     return lines
 
 

@@ -7,8 +7,10 @@ from dataclasses import replace
 
 import numpy as np
 import pytest
+from click.testing import CliRunner
 from sqlalchemy import select
 
+from app.cli.suites import suites
 from app.core.config import ConfigError, parse_catalogue
 from app.core.models import AlertChange, Suite
 from app.detection.service import scan_dirty
@@ -148,3 +150,14 @@ def test_without_the_floor_eight_percent_short_of_the_old_level_is_not_fixed(bui
     build.history(shas, "cpu", down_then_most_of_the_way_back(), seed=3)
     scan_dirty(db)
     assert regression_state(db) != "fixed"
+
+
+def test_suites_check_prints_the_floor_and_names_a_bad_one(tmp_path):
+    path = tmp_path / "parallax.toml"
+    suite = '[[suites]]\nname = "s"\ncommand = ["true"]\nplatforms = ["cpu", "rocm"]\n'
+    path.write_text(suite + "min_change = { cpu = 0.10 }\n")
+    result = CliRunner().invoke(suites, ["check", str(path)])
+    assert result.exit_code == 0 and "noise floor (no smaller change reported there): cpu 10%" in result.output
+    path.write_text(suite + "min_change = { cpu = 10 }\n")
+    result = CliRunner().invoke(suites, ["check", str(path)])
+    assert result.exit_code != 0 and "suites[0].min_change.cpu must be a fraction above 0 and below 1" in result.output
