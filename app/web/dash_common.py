@@ -12,6 +12,7 @@ from sqlalchemy.orm import Session
 from app.core.clock import as_utc
 from app.core.models import AlertState, Commit, Repository
 from app.core.shas import SHA_RE
+from app.detection.service import config_for, noise_floors
 
 OPEN_STATES = (AlertState.new, AlertState.acknowledged)
 # Okabe-Ito: distinguishable with every common colour-vision deficiency; platforms also differ by marker.
@@ -134,3 +135,18 @@ def verdict_of(is_regression: bool | None, change: float | None, direction: str,
     if change is not None and abs(change) >= threshold:
         return "worse-unconfirmed" if is_worse(change, direction) else "better-unconfirmed"
     return "unchanged"
+
+
+class Thresholds:
+    """The smallest change a dashboard cell calls worse or better: the detector's minimum for the
+    metric, raised to the suite's noise floor on the platform (`min_change`), as its alerts use;
+    each suite's floors are read once."""
+
+    def __init__(self, session: Session) -> None:
+        self.session = session
+        self.floors: dict[str, dict[str, float]] = {}
+
+    def __call__(self, suite: str, platform: str, metric: str) -> float:
+        if suite not in self.floors:
+            self.floors[suite] = noise_floors(self.session, suite)
+        return config_for(metric, self.floors[suite].get(platform, 0.0)).min_relative

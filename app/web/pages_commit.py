@@ -18,6 +18,7 @@ from app.core.models import Alert, Bisect, CiUpload, Commit, Job, JobLog, Run, R
 from app.detection.detector import DEFAULT_CONFIG
 from app.jobs import artifacts
 from app.web.dash_common import (
+    Thresholds,
     arg_required,
     arg_sha,
     commit_or_404,
@@ -85,6 +86,7 @@ def commit_page(sha: str) -> str:
     alerts = list(session.scalars(select(Alert).where(Alert.bad_commit_id == commit.id).order_by(Alert.id)))
     flagged = {(c.suite, c.metric, c.platform): c for a in alerts for c in a.changes}
     suites: dict[str, dict[str, Any]] = {}
+    threshold = Thresholds(session)
     found = readings(session, [commit.id])
     previous = previous_readings(session, branch, found, position)
     for reading in found:
@@ -99,14 +101,13 @@ def commit_page(sha: str) -> str:
         value = median(reading.samples)
         change = relative(value, median(before))
         alert_change = flagged.get((reading.suite, reading.metric, reading.platform))
-        verdict = verdict_of(alert_change.is_regression if alert_change else None, change, reading.direction,
-                             DEFAULT_CONFIG.min_relative)
+        least = threshold(reading.suite, reading.platform, reading.metric)
+        verdict = verdict_of(alert_change.is_regression if alert_change else None, change, reading.direction, least)
         entry["cells"][reading.platform] = {
             "median": value, "min": min(reading.samples), "max": max(reading.samples), "n": len(reading.samples),
             "change": change, "verdict": verdict, "before_id": before_id, "simulated": reading.simulated,
             # Shaded past the detector's own minimum magnitude; the verdict says whether it is confirmed.
-            "worse": change is not None and abs(change) >= DEFAULT_CONFIG.min_relative
-            and is_worse(change, reading.direction)}
+            "worse": change is not None and abs(change) >= least and is_worse(change, reading.direction)}
     before_ids = {c["before_id"] for t in suites.values() for e in t["metrics"].values() for c in e["cells"].values()}
     before_shas = _shas(session, {i for i in before_ids if i is not None})
     bisects = list(session.scalars(select(Bisect).where(Bisect.alert_id.in_([a.id for a in alerts])))) if alerts else []

@@ -21,7 +21,7 @@ from app.detection.detector import DEFAULT_CONFIG
 from app.github.deliveries import counts as delivery_counts
 from app.jobs.queue import queue_depth
 from app.pulls.view import open_pulls
-from app.web.dash_common import OPEN_STATES, median, relative, verdict_of
+from app.web.dash_common import OPEN_STATES, Thresholds, median, relative, verdict_of
 from app.web.dash_queries import group_by_series, headline_metrics, positions, previous_samples, readings, recent_commits
 from app.web.session import request_session
 from app.web.snapshot import Snapshot
@@ -102,6 +102,7 @@ def matrix(session: Session, commits: list[Commit], branch: int | None
     order = {c.id: i for i, c in enumerate(commits)}       # 0 = newest
     where = positions(session, branch, ids)
     verdicts: dict[tuple[int, str, str, str], tuple[bool, int]] = {}
+    threshold = Thresholds(session)
     for commit_id, suite, platform, metric, is_regression, alert_id in session.execute(
             select(Alert.bad_commit_id, AlertChange.suite, AlertChange.platform, AlertChange.metric,
                    AlertChange.is_regression, Alert.id)
@@ -131,7 +132,7 @@ def matrix(session: Session, commits: list[Commit], branch: int | None
                 flagged = next((v for k, v in verdicts.items() if k[:3] == (reading.commit_id, suite, platform)), None)
             cell.alert_id = flagged[1] if flagged else None
             cell.verdict = verdict_of(flagged[0] if flagged else None, cell.change, reading.direction,
-                                      DEFAULT_CONFIG.min_relative)
+                                      threshold(suite, platform, metric))
             before = reading.samples
     return sorted(columns), cells
 

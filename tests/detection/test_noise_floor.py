@@ -161,3 +161,17 @@ def test_suites_check_prints_the_floor_and_names_a_bad_one(tmp_path):
     path.write_text(suite + "min_change = { cpu = 10 }\n")
     result = CliRunner().invoke(suites, ["check", str(path)])
     assert result.exit_code != 0 and "suites[0].min_change.cpu must be a fraction above 0 and below 1" in result.output
+
+
+def commit_cell(app, sha: str) -> str:  # type: ignore[no-untyped-def]
+    body = app.test_client().get(f"/commits/{sha}").get_data(as_text=True)
+    start = body.index('data-platform="cpu"')
+    return body[start:start + 80]
+
+
+def test_the_commit_page_does_not_shade_a_change_below_the_floor(app, build, db):
+    shas = build.branch(12)
+    build.history(shas, "cpu", [1000.0] * 11 + [950.0], seed=5)
+    assert 'data-verdict="worse-unconfirmed"' in commit_cell(app, shas[-1])
+    set_floor(db, {"cpu": 0.10})
+    assert 'data-verdict="unchanged"' in commit_cell(app, shas[-1])
