@@ -443,8 +443,6 @@ class Agent:
                    PARALLAX_REPEATS=str(job.get("repeats", 1)), PARALLAX_JOB_ID=str(job["id"]),
                    PARALLAX_ATTEMPT=str(job["attempt"]), PARALLAX_COMMIT=str(job["commit"]),
                    PARALLAX_SUITE=str(job["suite"]), PARALLAX_WORKTREE=str(worktree))
-        if self.config.sim_device:  # the suite's env does not override the simulator setting
-            env["PARALLAX_DEVICE"] = self.config.sim_device
         return env
 
     def run_job(self, job: dict[str, Any]) -> None:

@@ -24,6 +24,7 @@ import json
 import logging
 import os
 import select
+import signal
 import subprocess
 import time
 from pathlib import Path
@@ -38,7 +39,7 @@ JOB_VARIABLES = frozenset({"PARALLAX_RESULTS", "PARALLAX_PLATFORM", "PARALLAX_RE
                            "PARALLAX_OUTPUT_DIR", "PARALLAX_RUN"})
 
 # Run with `python -c BOOT READY_FD MODULE...`. Imports the modules, says so on READY_FD, reads one
-# JSON line {argv, cwd, env} from stdin and becomes `python -m argv[2] argv[3:]` there.
+# JSON document {argv, cwd, env} from stdin (to its end) and becomes `python -m argv[2] argv[3:]` there.
 BOOT = """
 import importlib, json, os, runpy, sys
 ready = int(sys.argv[1])
@@ -168,7 +169,7 @@ class WarmInterpreter:
         """Stop an interpreter that was never handed a job."""
         if self.proc.poll() is None:
             try:
-                os.killpg(self.proc.pid, 9)
+                os.killpg(self.proc.pid, signal.SIGKILL)
             except (ProcessLookupError, PermissionError):
                 pass
             self.proc.wait()

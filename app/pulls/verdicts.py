@@ -24,7 +24,7 @@ import numpy as np
 from scipy import stats
 
 from app.detection.detector import DEFAULT_CONFIG, compare_accuracy
-from app.detection.service import ACCURACY_MIN_DROP, MIN_RELATIVE
+from app.detection.service import ACCURACY_MIN_DROP, config_for
 
 ALPHA = DEFAULT_CONFIG.alpha
 EQUIVALENCE = 0.04
@@ -71,10 +71,6 @@ def look_alpha(max_rounds: int) -> float:
     return ALPHA / max(1, max_rounds - START_ROUNDS + 1)
 
 
-def min_relative(metric: str) -> float:
-    return MIN_RELATIVE.get(metric, DEFAULT_CONFIG.min_relative)
-
-
 def _label(change: float, low: float, high: float, p: float, direction: str, threshold: float,
            alpha: float = ALPHA, equivalence: float = EQUIVALENCE) -> str:
     good_sign = 1.0 if direction == "higher_is_better" else -1.0
@@ -113,7 +109,7 @@ def compare_levels(platform: str, suite: str, metric: str, direction: str,
         half = float(stats.t.ppf(0.975, dof)) * se
         low, high = diff - half, diff + half
     change, ci = math.expm1(diff), (math.expm1(low), math.expm1(high))
-    verdict = _label(change, ci[0], ci[1], p, direction, max(min_relative(metric), floor), alpha,
+    verdict = _label(change, ci[0], ci[1], p, direction, config_for(metric, floor).min_relative, alpha,
                      max(EQUIVALENCE, floor))
     return MetricVerdict(platform, suite, metric, direction, base_median, head_median, change, ci, p, verdict, rounds)
 
