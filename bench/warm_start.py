@@ -1,8 +1,8 @@
 """Cold against warm job starts (runners/warm.py): the demo's decode-throughput command, run N times
 each way through `runners.execute.run`, alternating. Reports the command's wall time from start to
-exit (a warm interpreter is started and made ready before its run, untimed, as the runner does
-between jobs) and the decode throughput each run measured, so the table also shows whether a warm
-start changes the number being measured. Run:
+exit (one warm interpreter is started and made ready before the first run, untimed, as the runner
+does; it forks every warm run) and the decode throughput each run measured, so the table also
+shows whether a warm start changes the number being measured. Run:
 
     .venv/bin/python bench/warm_start.py --runs 10
 
@@ -23,17 +23,20 @@ sys.path.insert(0, str(ROOT))
 
 from app.demo.run import suite_command  # noqa: E402
 from runners.execute import resolve_argv, run  # noqa: E402
-from runners.warm import WarmInterpreter  # noqa: E402
+from runners.warm import ForkedJob, WarmInterpreter  # noqa: E402
 
 
 def one(argv: list[str], env: dict[str, str], results: Path, warm: WarmInterpreter | None) -> tuple[float, float]:
     output: list[bytes] = []
+    started: list[object] = []
+    if warm is not None and (reason := warm.mismatch(argv, env)) is not None:
+        raise SystemExit(f"the warm interpreter cannot run the command: {reason}")
     outcome = run(argv, cwd=ROOT, env={**env, "PARALLAX_RESULTS": str(results)}, timeout_s=300,
-                  output=output.append, interrupt=lambda: None, warm=warm)
+                  output=output.append, interrupt=lambda: None, warm=warm, on_start=started.append)
     if outcome.exit_code != 0:
         raise SystemExit(b"".join(output).decode(errors="replace")[-2000:])
-    if warm is not None and not warm.taken:
-        raise SystemExit("the warm interpreter was not used: " + str(warm.mismatch(argv, env)))
+    if warm is not None and not isinstance(started[0], ForkedJob):
+        raise SystemExit("the warm interpreter did not fork the command")
     document = json.loads(results.read_text())
     throughput = next(m for m in document["metrics"] if m["name"] == "decode_throughput")
     return outcome.duration_s, statistics.median(throughput["samples"])
@@ -50,13 +53,16 @@ def main() -> None:
     warm: list[tuple[float, float]] = []
     with tempfile.TemporaryDirectory() as tmp:
         results = Path(tmp) / "results.json"
-        for i in range(args.runs):
-            cold.append(one(argv, env, results, None))
-            interpreter = WarmInterpreter.start(argv[0], env, ("torch",), Path(tmp) / "warm")
-            if not interpreter.wait_ready(300):
-                raise SystemExit("the warm interpreter did not become ready")
-            warm.append(one(argv, env, results, interpreter))
-            print(f"run {i + 1}/{args.runs}: cold {cold[-1][0]:.2f} s, warm {warm[-1][0]:.2f} s", file=sys.stderr)
+        interpreter = WarmInterpreter.start(argv[0], env, ("torch",), Path(tmp) / "warm")
+        if not interpreter.wait_ready(300):
+            raise SystemExit("the warm interpreter did not become ready")
+        try:
+            for i in range(args.runs):
+                cold.append(one(argv, env, results, None))
+                warm.append(one(argv, env, results, interpreter))
+                print(f"run {i + 1}/{args.runs}: cold {cold[-1][0]:.2f} s, warm {warm[-1][0]:.2f} s", file=sys.stderr)
+        finally:
+            interpreter.close()
     summary = {}
     for name, rows in (("cold", cold), ("warm", warm)):
         seconds = [s for s, _ in rows]

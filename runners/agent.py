@@ -76,7 +76,7 @@ class Config:
     claim_retry_s: float = 15.0  # how long one claim retries through an outage before the loop counts a failure
     outage_report_s: float = 60.0  # at most one line this often while claims keep failing
     host_lock: Path | None = None  # shared by the runners of one machine: real platforms measure alone
-    warm_imports: tuple[str, ...] = ()  # libraries the next job's interpreter imports while the runner waits
+    warm_imports: tuple[str, ...] = ()  # libraries imported once by the interpreter that forks each job
     retry: RetryPolicy = field(default_factory=RetryPolicy)
 
 
@@ -224,7 +224,7 @@ class Agent:
         self.identity: Identity | None = None
         self._lock_fd: int | None = None
         self.running_job: int | None = None  # the job being run, if any (what a signal waits for)
-        self.warm: WarmInterpreter | None = None  # the next job's interpreter (--warm-import)
+        self.warm: WarmInterpreter | None = None  # the interpreter that forks each job (--warm-import)
         self.warm_failed = False
 
     # ------------------------------------------------------------ lifecycle
@@ -381,9 +381,10 @@ class Agent:
         return env
 
     def start_warm(self) -> None:
-        """Start the next job's interpreter (--warm-import) and wait until it has imported its
-        libraries: between jobs, under the host lock (shared), so that it never runs beside a
-        measurement. One whose import failed is dropped, and every job starts cold from then on."""
+        """Start the warm interpreter (--warm-import), unless it runs already, and wait until it
+        has imported its libraries: between jobs, under the host lock (shared), so that it never
+        imports beside a measurement. It then forks every job, and is started again only if it
+        exits. One whose import failed is dropped, and every job starts cold from then on."""
         if not self.config.warm_imports or self.warm_failed or self.stopping():
             return
         if self.warm is not None and self.warm.proc.poll() is None:
@@ -565,8 +566,6 @@ class Agent:
         argv = execute.substitute(argv, env)
         warm = self.warm_for(argv, env, shipper)
         outcome = self.run_command(argv, worktree, env, timeout_s, state, shipper, "command", warm=warm)
-        if warm is not None and warm.taken:
-            self.warm = None
         failed = self.outcome_verdict(outcome, timeout_s, shipper, "command")
         if failed is not None:
             return failed

@@ -76,7 +76,7 @@ def _module_names(ctx: click.Context, param: click.Parameter, values: tuple[str,
                    "alone, simulated jobs share it (wall-clock numbers must not time the neighbours)")
 @click.option("--warm-import", "warm_imports", multiple=True, metavar="MODULE", envvar="PARALLAX_WARM_IMPORTS",
               callback=_module_names,
-              help="(repeatable) a library the next job's interpreter imports while the runner waits, e.g. torch; "
+              help="(repeatable) a library imported once by an interpreter that forks each job, e.g. torch; "
                    "a `python -m ...` suite then starts without that import (docs/runner.md)")
 @click.option("-v", "--verbose", is_flag=True, help="debug logging")
 def runner(server: str, registration_token: str | None, name: str | None, labels: tuple[str, ...],

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Callable
 
 from runners.children import die_with_parent
-from runners.warm import WarmInterpreter
+from runners.warm import ForkedJob, WarmInterpreter
 
 log = logging.getLogger(__name__)
 
@@ -176,12 +176,13 @@ class LogShipper:
 
 def run(argv: list[str], *, cwd: Path, env: dict[str, str], timeout_s: float, output: Callable[[bytes], None],
         interrupt: Callable[[], str | None], kill_grace_s: float = 5.0, poll_s: float = 0.1,
-        on_start: Callable[[subprocess.Popen[bytes]], None] | None = None,
+        on_start: Callable[[subprocess.Popen[bytes] | ForkedJob], None] | None = None,
         warm: WarmInterpreter | None = None) -> Outcome:
     """Run `argv` to completion, timeout or interruption. `interrupt()` is polled; a non-None
     answer names why the command is being stopped. A `warm` interpreter that fits the command
-    (`WarmInterpreter.mismatch`) runs it instead of a new process."""
+    (`WarmInterpreter.mismatch`) forks it instead of a new process."""
     started = time.monotonic()
+    proc: subprocess.Popen[bytes] | ForkedJob | None
     proc = warm.take(argv, cwd, env) if warm is not None and warm.mismatch(argv, env) is None else None
     if proc is None:
         proc = subprocess.Popen(argv, cwd=cwd, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,

@@ -1,6 +1,6 @@
-"""The warm interpreter (runners/warm.py): a job handed to it sees what a cold `python -m` start
-would show it, with the named libraries already imported; anything that could make the two
-differ starts cold."""
+"""The warm interpreter (runners/warm.py): a job it forks sees what a cold `python -m` start would
+show it, with the named libraries already imported; each job is a fresh fork; anything that could
+make the two differ starts cold."""
 from __future__ import annotations
 
 import json
@@ -120,7 +120,7 @@ def test_a_library_that_cannot_be_imported_is_reported_and_leaves_cold_starts(la
     assert run_job(layout, job_env(layout), warm)["preloaded"] is False
 
 
-def test_a_cancel_kills_a_warm_started_job_and_its_children(layout):
+def test_a_cancel_kills_a_forked_job_and_its_children_and_the_interpreter_forks_the_next(layout):
     pids = layout["worktree"] / "pids"
     (layout["worktree"] / "suite" / "hangs.py").write_text(
         "import os, subprocess, sys, time\n"
@@ -128,15 +128,51 @@ def test_a_cancel_kills_a_warm_started_job_and_its_children(layout):
         f"open({str(pids)!r}, 'w').write(f'{{os.getpid()}} {{child.pid}}')\n"
         "time.sleep(600)\n")
     warm = started(layout)
+    jobs: list[object] = []
 
     def interrupt() -> str | None:
         return "cancelled" if pids.exists() and pids.read_text().count(" ") == 1 else None
     outcome = run([sys.executable, "-m", "suite.hangs"], cwd=layout["worktree"], env=job_env(layout), timeout_s=600,
-                  output=lambda data: None, interrupt=interrupt, kill_grace_s=1, warm=warm)
+                  output=lambda data: None, interrupt=interrupt, kill_grace_s=1, warm=warm, on_start=jobs.append)
     assert outcome.stopped_by == "cancelled"
     leader, child = (int(p) for p in pids.read_text().split())
-    assert leader == warm.proc.pid
+    assert [job.pid for job in jobs] == [leader] and leader != warm.proc.pid  # type: ignore[attr-defined]
     wait_for(lambda: not pid_alive(leader) and not pid_alive(child), 30, "the job's processes to be gone")
+    assert warm.proc.poll() is None
+    assert run_job(layout, job_env(layout), warm)["preloaded"] is True
+
+
+def test_each_job_is_a_fresh_fork_that_sees_nothing_an_earlier_job_changed(layout):
+    (layout["worktree"] / "suite" / "taint.py").write_text(
+        "import json, os, heavy_lib\n"
+        "seen = heavy_lib.IMPORTS\n"
+        "heavy_lib.IMPORTS = 99\n"
+        "json.dump({'seen': seen, 'pid': os.getpid()}, open(os.environ['PARALLAX_RESULTS'], 'w'))\n")
+    warm = started(layout)
+    reports = []
+    for _ in range(2):
+        outcome = run([sys.executable, "-m", "suite.taint"], cwd=layout["worktree"], env=job_env(layout),
+                      timeout_s=120, output=lambda data: None, interrupt=lambda: None, warm=warm)
+        assert outcome.exit_code == 0
+        reports.append(json.loads(layout["results"].read_text()))
+    assert [r["seen"] for r in reports] == [1, 1]
+    assert len({r["pid"] for r in reports} | {warm.proc.pid}) == 3
+
+
+def test_a_job_dies_with_the_interpreter_and_the_next_starts_cold(layout):
+    marker = layout["worktree"] / "started"
+    (layout["worktree"] / "suite" / "waits.py").write_text(
+        f"import os, time\nopen({str(marker)!r}, 'w').write(str(os.getpid()))\ntime.sleep(600)\n")
+    warm = started(layout)
+    job = warm.take([sys.executable, "-m", "suite.waits"], layout["worktree"], job_env(layout))
+    assert job is not None
+    wait_for(marker.exists, 60, "the job to start")
+    os.killpg(warm.proc.pid, signal.SIGKILL)  # the interpreter's group only: the job leads its own
+    wait_for(lambda: not pid_alive(job.pid), 30, "the job to die with its interpreter")
+    assert job.wait(60) == -signal.SIGKILL
+    job.stdout.close()
+    assert warm.mismatch(ARGV, job_env(layout)) is not None
+    assert run_job(layout, job_env(layout), warm)["preloaded"] is False
 
 
 def test_closing_an_unused_interpreter_ends_it(layout):
@@ -146,7 +182,7 @@ def test_closing_an_unused_interpreter_ends_it(layout):
     warm.close()  # twice is harmless
 
 
-def test_a_runner_with_warm_import_runs_each_job_at_its_commit_in_a_fresh_warm_interpreter(make_harness, sqlite_url):
+def test_a_runner_with_warm_import_forks_each_job_at_its_commit_from_one_warm_interpreter(make_harness, sqlite_url):
     root = Path(__file__).resolve().parents[2]
     h = make_harness(sqlite_url, command=(sys.executable, "-m", "tests.runner.fake_suite"))
     job_ids = [h.enqueue(sha) for sha in h.shas]
@@ -164,7 +200,7 @@ def test_a_runner_with_warm_import_runs_each_job_at_its_commit_in_a_fresh_warm_i
         assert context["head"] == context["commit_env"] == sha and context["file"] == f"version {i}"
         assert context["job_id"] == str(job["id"]) and context["repeats"] == "3"
         pids.add(context["pid"])
-    assert len(pids) == 3  # one interpreter per job, never reused
+    assert len(pids) == 3  # a fresh fork per job
     assert not any(pid_alive(pid) for pid in pids)
 
 
