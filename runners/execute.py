@@ -44,7 +44,7 @@ def resolve_argv(command: list[str]) -> list[str]:
     return argv
 
 
-def kill_group(pgid: int, proc: subprocess.Popen[bytes] | None, grace_s: float) -> None:
+def kill_group(pgid: int, proc: subprocess.Popen[bytes] | ForkedJob | None, grace_s: float) -> None:
     """SIGTERM the process group, SIGKILL it after `grace_s`. Descendants that left the group
     (setsid) are found through psutil when it is installed."""
     strays: list[object] = []
