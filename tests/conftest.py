@@ -19,7 +19,7 @@ from app.core.models import Base
 from app.core.scratch import postgres_unreachable, scratch_postgres
 from app.git.workdir import git
 from app.jobs.catalogue import sync_catalogue
-from app.web import create_app
+from app.web import create_app, pages_home
 from tests.support.live_server import LiveServer
 from tests.support.ordering import spread_slow
 from tests.support.settings import ADMIN_TOKEN, DEFAULT_PG, REPO_ROOT, SHARED, SUITES, make_settings  # noqa: F401
@@ -131,23 +131,63 @@ def _empty_all(engine: sa.Engine) -> None:
         conn.exec_driver_sql(_EMPTY_ALL)
 
 
+@pytest.fixture(scope="session")
+def kept_apps() -> Iterator[dict[str, Flask]]:
+    """Apps reused across tests, keyed by their settings: the last one made on each database kind
+    (the database is emptied or replaced between tests, `app` re-applies the catalogue). Making an
+    app costs 36 ms of CPU (mostly werkzeug compiling its routes), and a new engine compiles every
+    statement again: docs/testing.md."""
+    apps: dict[str, Flask] = {}
+    yield apps
+    for flask_app in apps.values():
+        _disconnect(flask_app)
+
+
+def _disconnect(flask_app: Flask) -> None:
+    """Close the app's pooled connections; it opens new ones when next used."""
+    for name in ("parallax.db", "parallax.read_db"):
+        if name in flask_app.extensions:
+            flask_app.extensions[name].engine.dispose()
+
+
+def _is_sqlite(url: str) -> bool:
+    return url.startswith("sqlite")
+
+
+@pytest.fixture(scope="session")
+def _sqlite_path(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """This worker's SQLite database file: one path, so that an app made for it can be reused."""
+    return tmp_path_factory.mktemp("sqlite-db") / "parallax.db"
+
+
+def _fresh_sqlite(template: Path, path: Path, apps: dict[str, Flask]) -> str:
+    """Replace the worker's SQLite file with a copy of the migrated, empty template. The kept apps'
+    connections are closed first (they reconnect to the new file), and the file is swapped in whole
+    (a new inode), so a connection another test left open can only see the old one."""
+    for flask_app in apps.values():
+        if _is_sqlite(flask_app.extensions["parallax.settings"].database_url):
+            _disconnect(flask_app)
+    staged = path.with_name(path.name + ".new")
+    shutil.copy(template, staged)
+    for suffix in ("-wal", "-shm", "-journal"):  # a stale journal would be replayed into the new file
+        Path(f"{path}{suffix}").unlink(missing_ok=True)
+    os.replace(staged, path)
+    return f"sqlite:///{path}"
+
+
 @pytest.fixture(params=["sqlite", "postgresql"])
-def database_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
-    """A migrated, empty database: a SQLite file, and PostgreSQL when reachable."""
+def database_url(request: pytest.FixtureRequest, kept_apps: dict[str, Flask]) -> str:
+    """A migrated, empty database: SQLite, and PostgreSQL when reachable."""
     if request.param == "sqlite":
-        template: Path = request.getfixturevalue("migrated_sqlite_template")
-        path = tmp_path / "parallax.db"
-        shutil.copy(template, path)
-        return f"sqlite:///{path}"
+        return _fresh_sqlite(request.getfixturevalue("migrated_sqlite_template"),
+                             request.getfixturevalue("_sqlite_path"), kept_apps)
     _empty_all(request.getfixturevalue("_postgres_emptier"))
     return str(request.getfixturevalue("migrated_postgres"))
 
 
 @pytest.fixture
-def sqlite_url(tmp_path: Path, migrated_sqlite_template: Path) -> str:
-    path = tmp_path / "parallax.db"
-    shutil.copy(migrated_sqlite_template, path)
-    return f"sqlite:///{path}"
+def sqlite_url(migrated_sqlite_template: Path, _sqlite_path: Path, kept_apps: dict[str, Flask]) -> str:
+    return _fresh_sqlite(migrated_sqlite_template, _sqlite_path, kept_apps)
 
 
 @pytest.fixture
@@ -161,38 +201,25 @@ def settings(database_url: str):  # type: ignore[no-untyped-def]
     return make_settings(database_url)
 
 
-@pytest.fixture(scope="session")
-def postgres_apps() -> Iterator[dict[str, Flask]]:
-    """Apps on the session's PostgreSQL database, one per distinct settings, reused across tests
-    (the database is emptied between tests; a SQLite test gets a new file, so a new app)."""
-    apps: dict[str, Flask] = {}
-    yield apps
-    for flask_app in apps.values():
-        flask_app.extensions["parallax.db"].engine.dispose()
-
-
 @pytest.fixture
-def app(settings, postgres_apps):  # type: ignore[no-untyped-def]
-    if settings.database_url.startswith("postgresql"):
-        key = repr(settings)
-        if key not in postgres_apps:
-            # Keep the last app only: tests of one module share settings, and every kept app
-            # holds pooled connections the server has a limit for.
-            for stale in postgres_apps.values():
-                stale.extensions["parallax.db"].engine.dispose()
-            postgres_apps.clear()
-            postgres_apps[key] = create_app(settings)
-        flask_app = postgres_apps[key]
+def app(settings, kept_apps):  # type: ignore[no-untyped-def]
+    key = repr(settings)
+    flask_app = kept_apps.get(key)
+    if flask_app is None:
+        # Keep one app per database kind: tests of one module share settings, and every kept app
+        # holds pooled connections (a PostgreSQL server has a limit for them).
+        kind = _is_sqlite(settings.database_url)
+        for stale in [k for k, a in kept_apps.items() if _is_sqlite(a.extensions["parallax.settings"].database_url) == kind]:
+            _disconnect(kept_apps.pop(stale))
+        flask_app = kept_apps[key] = create_app(settings)
+    else:
         with flask_app.extensions["parallax.db"].session() as session:
             sync_catalogue(session, settings)  # emptying the database between tests removed it
-        # Emptying restarted the ids, so the last test's series answers could match a
-        # stamp of this test's data (app/web/series_cache.py).
+        # The database restarted its ids, so the last test's series answers could match a stamp of
+        # this test's data (app/web/series_cache.py), and its home page is not this test's.
         flask_app.extensions["parallax.series_cache"].clear()
-        yield flask_app
-        return
-    flask_app = create_app(settings)
+        flask_app.extensions[pages_home.SNAPSHOT].forget()
     yield flask_app
-    flask_app.extensions["parallax.db"].engine.dispose()
 
 
 @pytest.fixture

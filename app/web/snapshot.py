@@ -52,6 +52,12 @@ class Snapshot:
                              name="snapshot-refresh", daemon=True).start()
         return current
 
+    def forget(self) -> None:
+        """Drop the snapshot: the next request renders anew, as the first did (for data replaced
+        underneath it, such as a database emptied or restored)."""
+        with self._lock:
+            self._current = None
+
     def _claim_refresh(self) -> bool:
         with self._lock:
             if self._refreshing:

@@ -58,6 +58,15 @@ def test_a_change_shows_after_the_max_age_without_any_request_rendering_it(snaps
     wait_for(lambda: "rocm 0/1 online" in home(client), 10, "the refreshed home page")
 
 
+def test_a_forgotten_snapshot_is_rendered_anew_by_the_next_request(snapshot_app, monkeypatch):
+    monkeypatch.setattr(snapshot_module, "time", Clock())  # never past the max age
+    client = snapshot_app.test_client()
+    assert "no runners registered" in home(client)
+    add_runner(snapshot_app, "rocm-1")
+    snapshot_app.extensions["parallax.home_snapshot"].forget()
+    assert "rocm 0/1 online" in home(client)
+
+
 def test_the_page_says_how_old_its_content_may_be(snapshot_app):
     body = home(snapshot_app.test_client())
     assert 'id="as-of"' in body and f"at most every {MAX_AGE_S:g} s" in body

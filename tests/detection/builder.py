@@ -57,40 +57,55 @@ class Builder:
         """One stored run (job, run, measurements) at the commit, marked for detection as the
         pipeline does. Returns the run id."""
         with self.db.session() as session:
-            commit = self._commit(session, commit_sha)
-            suite_row = session.scalar(select(Suite).where(Suite.name == suite))
-            assert suite_row is not None
-            job = Job(repository_id=self.repository_id, commit_id=commit.id, suite_id=suite_row.id,
-                      platform=platform, state=JobState.succeeded)
-            session.add(job)
-            session.flush()
-            run = Run(job_id=job.id, attempt=1, commit_id=commit.id, suite_id=suite_row.id, platform=platform,
-                      document_sha256="0" * 64, context=context or {"model": "m"},
-                      environment=environment or {"platform": platform},
-                      context_fingerprint=f"fp-{platform}")
-            metrics: dict[str, Sequence[float]] = dict(extra or {})
-            if samples is not None:
-                metrics[metric] = samples
-            run.measurements = [Measurement(metric=name, unit="tok/s", direction=direction, samples=list(values))
-                                for name, values in metrics.items()]
-            if items is not None:
-                run.items = [ItemResult(name="gsm8k", correct=list(items))]
-            session.add(run)
-            session.flush()
-            detection_service.on_run_stored(session, run)
-            return run.id
+            return self._result(session, {}, commit_sha, platform, samples, metric=metric, direction=direction,
+                                suite=suite, items=items, extra=extra, context=context, environment=environment)
+
+    def _result(self, session, suites: dict[str, int], commit_sha: str, platform: str,  # type: ignore[no-untyped-def]
+                samples: Sequence[float] | None, *, metric: str = METRIC, direction: str = "higher_is_better",
+                suite: str = SUITE, items: Sequence[int] | None = None,
+                extra: dict[str, Sequence[float]] | None = None, context: dict[str, Any] | None = None,
+                environment: dict[str, Any] | None = None) -> int:
+        commit = self._commit(session, commit_sha)
+        if suite not in suites:
+            suite_id = session.scalar(select(Suite.id).where(Suite.name == suite))
+            assert suite_id is not None
+            suites[suite] = suite_id
+        suite_id = suites[suite]
+        job = Job(repository_id=self.repository_id, commit_id=commit.id, suite_id=suite_id,
+                  platform=platform, state=JobState.succeeded)
+        session.add(job)
+        session.flush()
+        run = Run(job_id=job.id, attempt=1, commit_id=commit.id, suite_id=suite_id, platform=platform,
+                  document_sha256="0" * 64, context=context or {"model": "m"},
+                  environment=environment or {"platform": platform},
+                  context_fingerprint=f"fp-{platform}")
+        metrics: dict[str, Sequence[float]] = dict(extra or {})
+        if samples is not None:
+            metrics[metric] = samples
+        run.measurements = [Measurement(metric=name, unit="tok/s", direction=direction, samples=list(values))
+                            for name, values in metrics.items()]
+        if items is not None:
+            run.items = [ItemResult(name="gsm8k", correct=list(items))]
+        session.add(run)
+        session.flush()
+        detection_service.on_run_stored(session, run)
+        return run.id
 
     def history(self, shas: Sequence[str], platform: str, levels: Sequence[float], *, cv: float = 0.005,
                 seed: int = 0, repeats: int = 3, contexts: Sequence[dict[str, Any]] | None = None,
                 environments: Sequence[dict[str, Any]] | None = None, **kwargs: Any) -> list[int]:
-        """One result per commit; `contexts` / `environments` (one per commit) are recorded as given."""
+        """One result per commit, all stored in one transaction; `contexts` / `environments` (one
+        per commit) are recorded as given."""
         rng = np.random.default_rng(seed)
         runs = []
-        for i, (value, level) in enumerate(zip(shas, levels)):
-            run_level = level * (1 + cv * rng.standard_normal())
-            runs.append(self.result(value, platform, list(run_level * (1 + cv / 3 * rng.standard_normal(repeats))),
-                                    context=contexts[i] if contexts else None,
-                                    environment=environments[i] if environments else None, **kwargs))
+        suites: dict[str, int] = {}
+        with self.db.session() as session:
+            for i, (value, level) in enumerate(zip(shas, levels)):
+                run_level = level * (1 + cv * rng.standard_normal())
+                runs.append(self._result(session, suites, value, platform,
+                                         list(run_level * (1 + cv / 3 * rng.standard_normal(repeats))),
+                                         context=contexts[i] if contexts else None,
+                                         environment=environments[i] if environments else None, **kwargs))
         return runs
 
 
