@@ -123,8 +123,15 @@ def main(argv: list[str] | None = None) -> dict:
     if simulator(engine) is not None:
         runs = 1  # virtual time: no neighbour slows a run, and each run draws its own noise
     key = "decode_throughput" if args.mode == "one-batch" else "output_throughput"
-    log("warm-up run")
-    run(engine, args, args.seed)
+    device = simulator(engine)
+    if device is None or device.host_time == "measured":
+        log("warm-up run")
+        run(engine, args, args.seed)
+    else:
+        # A warm-up keeps a run's one-time costs (allocations, cold caches) out of the samples. The
+        # simulator's fixed host clock has none: a warm-up would only draw one value of the virtual
+        # noise and throw it away (the repeats then draw the next ones).
+        log("no warm-up run: the simulated device's fixed host clock has no first-run costs")
     freeze_heap()
     samples: dict[str, list[float]] = {}
     count = repeats()
@@ -141,7 +148,6 @@ def main(argv: list[str] | None = None) -> dict:
                else args.max_running_requests, "input_len": args.input_len, "output_len": args.output_len,
                "repeats": count, "seed": args.seed, "commit": current_commit(),
                **({"best_of": runs} if runs > 1 else {})}  # only when set: other series keep their key
-    device = simulator(engine)
     if device is not None:
         context.update(sim_context(device))
     finish_sim(engine, args)

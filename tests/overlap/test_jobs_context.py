@@ -102,3 +102,25 @@ def test_hip_default_on_rocm_sim_reports_its_hazards(results, monkeypatch) -> No
     doc = _load(results)
     assert {m["name"]: m["samples"] for m in doc["metrics"]}["hazards"][0] > 0
     assert any("req_to_token" in kind for kind in doc["context"]["sim_hazard_kinds"])
+
+
+def test_a_simulated_run_on_the_fixed_host_clock_skips_the_warm_up(results, monkeypatch, capsys) -> None:
+    """The simulator's fixed host clock has no first-run costs: a warm-up would only discard one
+    draw of the virtual noise."""
+    monkeypatch.setenv("PARALLAX_DEVICE", "sim:rocm-mi300x")
+    decode_throughput.main(ARGS)
+    err = capsys.readouterr().err
+    assert "no warm-up run" in err and "] warm-up run" not in err
+    assert len(_load(results)["metrics"][0]["samples"]) == 1
+
+
+def test_a_simulated_run_on_the_measured_host_clock_warms_up(results, monkeypatch, capsys) -> None:
+    monkeypatch.setenv("PARALLAX_DEVICE", "sim:rocm-mi300x")
+    monkeypatch.setenv("PARALLAX_SIM_HOST_TIME", "measured")
+    decode_throughput.main(ARGS)
+    assert "] warm-up run" in capsys.readouterr().err
+
+
+def test_a_run_on_the_cpu_warms_up_before_its_samples(results, capsys) -> None:
+    decode_throughput.main(ARGS)
+    assert "] warm-up run" in capsys.readouterr().err
