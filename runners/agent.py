@@ -168,6 +168,16 @@ def parse_time(value: str) -> datetime:
     return moment if moment.tzinfo else moment.replace(tzinfo=timezone.utc)
 
 
+def leftover_attempt(work_dir: Path) -> tuple[int, int] | None:
+    """The job and attempt this work dir's runner was running when it stopped without finishing
+    them (killed, crashed, the machine rebooted), from its record; None if there is none."""
+    try:
+        data = json.loads((work_dir / RUNNING_FILE).read_text())
+        return int(data["job_id"]), int(data["attempt"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+
+
 def kill_leftover_job(work_dir: Path) -> str | None:
     """A runner killed mid-job may leave part of the job behind: its leader dies with the runner
     (PR_SET_PDEATHSIG) but the leader's children do not. End every process of the recorded
@@ -273,6 +283,7 @@ class Agent:
                 HostLock(self.config.host_lock).check()
             except HostLockError as exc:
                 raise RunnerError(str(exc)) from exc
+        leftover = leftover_attempt(self.work_dir)
         note = kill_leftover_job(self.work_dir)
         if note:
             log.warning("%s", note)
@@ -291,6 +302,23 @@ class Agent:
         self.client = Client(self.config.server, self.identity.token, retry=self.config.retry, abort=self.abort)
         log.info("runner %d (%s) on %s, platform %s", self.identity.runner_id, self.identity.name,
                  self.config.server, labels["platform"])
+        if leftover is not None:
+            self.release_leftover(*leftover)
+
+    def release_leftover(self, job_id: int, attempt: int) -> None:
+        """Fail the attempt this runner was running when it stopped, so that the job is retried
+        now (while it has attempts left) rather than when its lease expires. The service refuses
+        if the runner no longer holds it (the lease expired, another runner took it over)."""
+        assert self.client is not None
+        try:
+            self.client.fail(job_id, attempt, "the runner stopped during this attempt (killed or crashed) "
+                             "and started again", retryable=True, budget_s=self.config.claim_retry_s)
+        except (LeaseLost, Aborted, ServiceError) as exc:
+            log.info("job %d attempt %d, running when this runner stopped, was not failed back: %s",
+                     job_id, attempt, exc)
+            return
+        log.warning("job %d attempt %d was running when this runner stopped; failed back to the queue",
+                    job_id, attempt)
 
     def register(self, labels: dict[str, str]) -> Identity:
         stored = load_identity(self.work_dir)

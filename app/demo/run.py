@@ -172,7 +172,8 @@ class Demo:
         return {"PARALLAX_DATABASE_URL": self.database_url, "PARALLAX_CONFIG": str(self.work / "parallax.toml"),
                 "PARALLAX_ADMIN_TOKEN": self.admin_token, "PARALLAX_GITHUB_WEBHOOK_SECRET": self.secret,
                 "PARALLAX_DATA_DIR": str(self.work / "data"), "PARALLAX_LOG_LEVEL": "WARNING",
-                # Short leases, so a job of a runner that died is retried within the demo.
+                # Short leases: a runner started again fails its unfinished attempt back at once
+                # (docs/runner.md), but one that stays dead leaves its job to the lease.
                 "PARALLAX_LEASE_S": "30",
                 # Links in the pull-request comment and notifications point at this demo's dashboard.
                 "PARALLAX_PUBLIC_URL": f"http://127.0.0.1:{self.port}"}
@@ -211,7 +212,8 @@ class Demo:
             self.runners.append(runner)
 
     def watch_runners(self, say: Any) -> None:
-        """A runner that died is started again (its job is retried after its lease expires)."""
+        """A runner that died is started again; it fails the attempt it was running back to the
+        queue, so the job is retried at once."""
         for runner in self.runners:
             code = runner.died()
             if code is None:
@@ -221,7 +223,7 @@ class Demo:
                                 f"{code}); see {self.work / f'runner-{runner.platform}.log'}")
             runner.restarts += 1
             say(f"the {runner.platform} runner exited with status {code}; starting it again "
-                f"(restart {runner.restarts}); its job goes back to the queue when the lease expires")
+                f"(restart {runner.restarts}); it hands the job it was running back to the queue")
             runner.start()
 
     # ------------------------------------------------------------ webhooks

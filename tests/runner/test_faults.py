@@ -127,6 +127,39 @@ def test_after_a_crash_the_same_work_dir_starts_again_and_cleans_up(harness: Har
     assert list(worktrees.iterdir()) == []
 
 
+def test_a_runner_started_again_after_a_crash_fails_its_attempt_back_without_waiting_for_the_lease(
+        make_harness, sqlite_url):
+    h: Harness = make_harness(sqlite_url, lease_s=3600)  # no lease runs out within this test
+    job_id = h.enqueue(h.shas[0])
+    first = h.start_runner("r1", mode="hang")
+    h.marker("started")
+    first.send_signal(signal.SIGKILL)
+    first.wait(10)
+    again = h.start_runner("r1", "--once", mode="ok", register=False)
+    job = h.wait_job(job_id, ("succeeded", "failed"), timeout_s=120, proc=again)
+    assert job["state"] == "succeeded" and job["attempt"] == 2
+    assert h.wait_exit(again) == 0
+    assert "failed back to the queue" in h.runner_log(again)
+
+
+def test_a_leftover_attempt_another_runner_took_over_is_left_alone(make_harness, sqlite_url):
+    h: Harness = make_harness(sqlite_url)  # a 3 s lease: the job is requeued and finished by r2
+    job_id = h.enqueue(h.shas[0])
+    first = h.start_runner("r1", mode="hang")
+    h.marker("started")
+    first.send_signal(signal.SIGKILL)
+    first.wait(10)
+    second = h.start_runner("r2", "--once", mode="ok")
+    assert h.wait_job(job_id, ("succeeded", "failed"), proc=second)["state"] == "succeeded"
+    assert h.wait_exit(second) == 0
+    again = h.start_runner("r1", "--once", mode="ok", register=False)
+    wait_for(lambda: "was not failed back" in h.runner_log(again), 60, "r1 to report the stale attempt")
+    again.send_signal(signal.SIGTERM)
+    assert h.wait_exit(again) == 0
+    job = h.job(job_id)
+    assert job["state"] == "succeeded" and job["attempt"] == 2
+
+
 def test_sigterm_during_a_job_hands_it_back_and_exits_0(harness: Harness):
     job_id = harness.enqueue(harness.shas[0])
     proc = harness.start_runner("r1", "--grace", "1", mode="block")
