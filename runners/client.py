@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 import random
+import secrets
 import threading
 import time
 from dataclasses import dataclass
@@ -84,6 +85,9 @@ class Client:
                  abort: threading.Event | None = None, timeout_s: float = 30.0) -> None:
         self.server = server.rstrip("/")
         self.token = token
+        # Sent with every claim: the service then gives jobs only to this client's claims, not to
+        # a long-poll an earlier process of the same runner left waiting when it died.
+        self.claim_session = secrets.token_hex(8)
         self.retry = retry or RetryPolicy()
         self.abort = abort or threading.Event()
         self.timeout_s = timeout_s
@@ -166,7 +170,8 @@ class Client:
     def claim(self, wait_s: float, budget_s: float) -> dict[str, Any] | None:
         """One job, or None when none came within `wait_s`; retries are debug lines (the agent's
         claim loop reports an outage once, see runners/outage.py)."""
-        response = self.request("POST", "/jobs/claim", json={"wait_s": wait_s}, budget_s=budget_s,
+        response = self.request("POST", "/jobs/claim", json={"wait_s": wait_s, "session": self.claim_session},
+                                budget_s=budget_s,
                                 read_timeout_s=wait_s + 30.0, retry_log_level=logging.DEBUG)
         if response.status_code == 204:
             return None

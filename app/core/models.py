@@ -229,6 +229,9 @@ class Runner(Base):
     created_at: Mapped[datetime] = mapped_column(default=utcnow)
     last_seen_at: Mapped[datetime | None]
     disabled: Mapped[bool] = mapped_column(Boolean, default=False)
+    # The runner process that claimed last (a random id per process, sent with each claim): a
+    # long-poll of an earlier process of the same runner, still waiting after it died, takes no job.
+    claim_session: Mapped[str | None] = mapped_column(String(64))
 
 
 class Job(Base):

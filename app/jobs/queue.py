@@ -12,7 +12,7 @@ import time
 from datetime import timedelta
 from typing import Any
 
-from sqlalchemy import delete, event, func, or_, select, update
+from sqlalchemy import delete, event, exists, func, or_, select, update
 from sqlalchemy import true as sa_true
 from sqlalchemy.orm import Session, selectinload
 
@@ -162,9 +162,12 @@ def _labels_match(required: dict, labels: dict) -> bool:
     return all(str(labels.get(key)) == str(value) for key, value in required.items())
 
 
-def try_claim(db: Database, runner_id: int, lease_s: int, *, platform: str, labels: dict[str, Any]) -> Job | None:
+def try_claim(db: Database, runner_id: int, lease_s: int, *, platform: str, labels: dict[str, Any],
+              claim_session: str | None = None) -> Job | None:
     """Claim the most urgent queued job for the runner's platform, or None. `platform` and
-    `labels` are the runner's, which the caller has read already.
+    `labels` are the runner's, which the caller has read already. With `claim_session` (the
+    runner process's id), None also when the runner's latest claim came from another process: a
+    long-poll that a dead process left waiting must not take a job its runner never hears of.
 
     PostgreSQL: `FOR UPDATE SKIP LOCKED`, so concurrent claimers pass over each other's rows.
     SQLite: the whole read-then-write runs in a `BEGIN IMMEDIATE` transaction (app.db), so
@@ -174,6 +177,8 @@ def try_claim(db: Database, runner_id: int, lease_s: int, *, platform: str, labe
                  .where(Job.state == JobState.queued, Job.platform == platform,
                         or_(Job.pinned_runner_id.is_(None), Job.pinned_runner_id == runner_id))
                  .order_by(Job.priority.desc(), Job.id.asc()).limit(25))
+        if claim_session is not None:  # in the same statement: no extra round trip per claim
+            query = query.where(exists().where(Runner.id == runner_id, Runner.claim_session == claim_session))
         if not is_sqlite(session):
             query = query.with_for_update(skip_locked=True, of=Job)
         candidates = list(session.execute(query))
@@ -208,7 +213,7 @@ def try_claim(db: Database, runner_id: int, lease_s: int, *, platform: str, labe
 
 def claim(db: Database, runner_id: int, *, lease_s: int, wait_s: float = 0.0, platform: str | None = None,
           labels: dict[str, Any] | None = None, poll_s: float | None = None, concurrency: int = 2,
-          notify: bool = True) -> Job | None:
+          notify: bool = True, claim_session: str | None = None) -> Job | None:
     """Claim with long-poll: look at the queue, then sleep until woken (`app.jobs.wakeups`: a
     job for this platform was queued) or until the fallback poll, until `wait_s` has passed.
 
@@ -240,7 +245,8 @@ def claim(db: Database, runner_id: int, *, lease_s: int, wait_s: float = 0.0, pl
             if not found.attempts.acquire(timeout=max(deadline - time.monotonic(), 1.0)):
                 return None
             try:
-                job = try_claim(db, runner_id, lease_s, platform=platform, labels=labels)
+                job = try_claim(db, runner_id, lease_s, platform=platform, labels=labels,
+                                claim_session=claim_session)
             finally:
                 found.attempts.release()
             if job is not None:

@@ -6,6 +6,7 @@ import pytest
 from sqlalchemy import func, select, update
 
 from app.core.models import Job, JobState, Measurement, Run, Runner
+from tests.support.runner_harness import wait_for
 from tests.support.service_api import SHA_A, SHA_B, claim, document, queue_jobs, raw, register
 
 
@@ -147,6 +148,36 @@ def test_a_long_poll_on_an_empty_queue_answers_204_when_its_wait_is_over(client,
     response = claim(client, headers, wait_s=1)
     assert response.status_code == 204
     assert 0.9 < time.monotonic() - started < 10
+
+
+def test_a_long_poll_left_by_an_earlier_process_of_the_runner_takes_no_job(client, app, db):
+    """A runner killed during a long-poll and started again: the old poll still waits in the
+    service, and without the session check it would take the next job, held for its whole lease
+    by a process that no longer exists."""
+    import threading
+    headers = register(client, app)
+    stale: list = []
+    waiting = threading.Thread(target=lambda: stale.append(
+        client.post("/api/v1/jobs/claim", json={"wait_s": 3, "session": "process-1"}, headers=headers)))
+    waiting.start()
+
+    def session_of_runner() -> str | None:
+        with db.session() as session:
+            return session.scalar(select(Runner.claim_session))
+    wait_for(lambda: session_of_runner() == "process-1", 30, "the first process's poll to start")
+    restarted = client.post("/api/v1/jobs/claim", json={"wait_s": 0, "session": "process-2"}, headers=headers)
+    assert restarted.status_code == 204
+    queue_jobs(client, SHA_A, suite="decode-throughput", platform="cpu")
+    waiting.join(30)
+    assert stale[0].status_code == 204
+    job = client.post("/api/v1/jobs/claim", json={"wait_s": 0, "session": "process-2"}, headers=headers)
+    assert job.status_code == 200 and job.get_json()["job"]["attempt"] == 1
+
+
+@pytest.mark.parametrize("value", [5, "", "x" * 65])
+def test_a_claim_session_that_is_not_a_short_string_is_422(client, app, value):
+    response = client.post("/api/v1/jobs/claim", json={"session": value}, headers=register(client, app))
+    assert response.status_code == 422 and response.get_json()["field"] == "session"
 
 
 def test_negative_wait_is_422(client, app):
