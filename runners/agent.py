@@ -370,11 +370,18 @@ class Agent:
     def loop(self) -> None:
         assert self.client is not None
         outage = OutageReport(every_s=self.config.outage_report_s)
+        # The first claim goes out at once, without waiting, before the warm interpreter starts
+        # (its imports take a second or more): it names this process's session to the service, so
+        # that a long-poll an earlier process of this runner left waiting there takes no job
+        # meanwhile (app.jobs.queue.try_claim). A job it gets starts cold.
+        first = True
         while not self.stopping():
-            self.start_warm()
+            if not first:
+                self.start_warm()
+            wait_s, first = (0.0 if first else self.config.claim_wait_s), False
             try:
                 # A short retry budget, so that a signal during an outage is noticed soon.
-                job = self.client.claim(self.config.claim_wait_s, budget_s=self.config.claim_retry_s)
+                job = self.client.claim(wait_s, budget_s=self.config.claim_retry_s)
             except Unauthorized as exc:
                 raise RunnerError(f"the service refused this runner's token ({exc}); delete "
                                   f"{self.work_dir / IDENTITY_FILE} to register again") from exc

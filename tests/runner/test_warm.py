@@ -185,8 +185,12 @@ def test_closing_an_unused_interpreter_ends_it(layout):
 def test_a_runner_with_warm_import_forks_each_job_at_its_commit_from_one_warm_interpreter(make_harness, sqlite_url):
     root = Path(__file__).resolve().parents[2]
     h = make_harness(sqlite_url, command=(sys.executable, "-m", "tests.runner.fake_suite"))
-    job_ids = [h.enqueue(sha) for sha in h.shas]
     proc = h.start_runner("r1", "--warm-import", "decimal", env={"PYTHONPATH": str(root)})
+    # Queued after the runner's first claim, which goes out before the interpreter has started
+    # (a job it finds then starts cold: the next test).
+    wait_for(lambda: "runner 1 (r1)" in h.runner_log(proc), 60, "the runner to start")
+    wait_for(lambda: h.runner_ids() and _claimed_once(h), 60, "the runner's first claim")
+    job_ids = [h.enqueue(sha) for sha in h.shas]
     jobs = [h.wait_job(job_id, ("succeeded", "failed"), proc=proc) for job_id in job_ids]
     proc.send_signal(signal.SIGTERM)
     assert h.wait_exit(proc) == 0
@@ -202,6 +206,27 @@ def test_a_runner_with_warm_import_forks_each_job_at_its_commit_from_one_warm_in
         pids.add(context["pid"])
     assert len(pids) == 3  # a fresh fork per job
     assert not any(pid_alive(pid) for pid in pids)
+
+
+def _claimed_once(h) -> bool:  # type: ignore[no-untyped-def]
+    from sqlalchemy import select
+
+    from app.core.models import Runner
+    with h.db.session() as session:
+        return session.scalar(select(Runner.claim_session).where(Runner.name == "r1")) is not None
+
+
+def test_a_job_queued_before_the_runner_starts_runs_cold_and_the_next_ones_warm(make_harness, sqlite_url):
+    root = Path(__file__).resolve().parents[2]
+    h = make_harness(sqlite_url, command=(sys.executable, "-m", "tests.runner.fake_suite"))
+    first = h.enqueue(h.shas[0])
+    proc = h.start_runner("r1", "--warm-import", "decimal", env={"PYTHONPATH": str(root)})
+    cold = h.wait_job(first, ("succeeded", "failed"), proc=proc)
+    warm = h.wait_job(h.enqueue(h.shas[1]), ("succeeded", "failed"), proc=proc)
+    proc.send_signal(signal.SIGTERM)
+    assert h.wait_exit(proc) == 0
+    assert cold["state"] == warm["state"] == "succeeded"
+    assert "warm interpreter" not in cold["log"] and "runs in the warm interpreter" in warm["log"]
 
 
 def test_a_runner_without_warm_import_starts_each_job_cold(make_harness, sqlite_url):
@@ -244,3 +269,35 @@ def test_the_warm_interpreter_starts_only_when_no_job_on_the_machine_measures(ma
     assert h.wait_exit(proc) == 0
     assert "runs in the warm interpreter" in job["log"]
 
+
+
+def test_a_runner_names_its_session_before_its_warm_interpreter_has_imported(make_harness, sqlite_url, tmp_path):
+    """A restarted runner's first claim goes out before the imports: until the service knows the
+    new process's session, a long-poll its dead predecessor left waiting could take a job."""
+    from sqlalchemy import select
+
+    from app.core.models import Runner
+
+    root = Path(__file__).resolve().parents[2]
+    lib, release = tmp_path / "slowlib", tmp_path / "release"
+    lib.mkdir()
+    (lib / "slow_import.py").write_text(
+        "import os, time\n"
+        f"while not os.path.exists({str(release)!r}):\n"
+        "    time.sleep(0.05)\n")
+    h = make_harness(sqlite_url, command=(sys.executable, "-m", "tests.runner.fake_suite"))
+    proc = h.start_runner("r1", "--warm-import", "slow_import",
+                          env={"PYTHONPATH": f"{root}{os.pathsep}{lib}"})
+
+    def claim_session() -> str | None:
+        with h.db.session() as session:
+            return session.scalar(select(Runner.claim_session).where(Runner.name == "r1"))
+    try:
+        wait_for(lambda: claim_session() is not None, 60, "the runner's first claim")
+        assert not release.exists()  # named while the warm interpreter was still importing
+    finally:
+        release.write_text("")
+    job = h.wait_job(h.enqueue(h.shas[0]), ("succeeded", "failed"), proc=proc)
+    proc.send_signal(signal.SIGTERM)
+    assert h.wait_exit(proc) == 0
+    assert job["state"] == "succeeded" and "runs in the warm interpreter" in job["log"]
