@@ -313,7 +313,7 @@ class Agent:
         try:
             self.client.fail(job_id, attempt, "the runner stopped during this attempt (killed or crashed) "
                              "and started again", retryable=True, budget_s=self.config.claim_retry_s)
-        except (LeaseLost, Aborted, ServiceError) as exc:
+        except ServiceError as exc:  # 409 (no longer its holder), an outage, an abort
             log.info("job %d attempt %d, running when this runner stopped, was not failed back: %s",
                      job_id, attempt, exc)
             return
