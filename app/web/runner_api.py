@@ -88,14 +88,14 @@ def claim_job():  # type: ignore[no-untyped-def]
         runner_id, platform, labels = runner.id, runner.platform, dict(runner.labels or {})
         body = json_body(required=False)
         wait_s = min(limits.number(body.get("wait_s", 0), "wait_s", minimum=0), config.claim_max_wait_s)
-        claim_session = body.get("session")
-        if claim_session is not None and (not isinstance(claim_session, str) or not 1 <= len(claim_session) <= 64):
-            raise Invalid("session: must be a string of 1 to 64 characters (the runner process's id)",
-                          extra={"field": "session"})
-        if claim_session is not None and runner.claim_session != claim_session:
-            # A new process of this runner: from now on only its claims take jobs (queue.try_claim).
-            runner.claim_session = claim_session
-            session.commit()
+        claim_session = body.get("session")  # the runner process's id
+        if claim_session is not None:
+            claim_session = limits.identifier(claim_session, "session",
+                                              limits.column_chars(Runner.__table__.c.claim_session))
+            if runner.claim_session != claim_session:
+                # A new process of this runner: from now on only its claims take jobs (queue.try_claim).
+                runner.claim_session = claim_session
+                session.commit()
         session.close()  # do not hold a connection through the long-poll
     finally:
         gate.release()

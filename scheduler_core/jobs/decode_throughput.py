@@ -120,10 +120,10 @@ def main(argv: list[str] | None = None) -> dict:
     runs = best_of()
     engine = make_engine(args)
     run = one_batch if args.mode == "one-batch" else serving
-    if simulator(engine) is not None:
+    device = simulator(engine)
+    if device is not None:
         runs = 1  # virtual time: no neighbour slows a run, and each run draws its own noise
     key = "decode_throughput" if args.mode == "one-batch" else "output_throughput"
-    device = simulator(engine)
     if device is None or device.host_time == "measured":
         log("warm-up run")
         run(engine, args, args.seed)
