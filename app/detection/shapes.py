@@ -27,7 +27,6 @@ from dataclasses import dataclass
 import numpy as np
 from scipy import optimize, stats
 from scipy.ndimage import median_filter
-from statsmodels.tsa.statespace.structural import UnobservedComponents
 
 
 @dataclass(frozen=True)
@@ -87,6 +86,10 @@ def _random_walk_bic(values: np.ndarray) -> float:
     """BIC of statsmodels' local-level model (a random-walk level plus noise; two variances),
     its likelihood maximised over the log-variances from a method-of-moments start (`fit`'s
     numerical gradients cost ten times as much for the same optimum)."""
+    # Imported here, as acf and STL below: statsmodels and pandas are 0.7 CPU-s of every process
+    # that imports the service (each CLI command, server and test run), which most never use.
+    from statsmodels.tsa.statespace.structural import UnobservedComponents
+
     model = UnobservedComponents(values, "llevel")
     diffs = np.diff(values)
     gamma0 = float(np.var(diffs))
