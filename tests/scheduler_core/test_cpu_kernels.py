@@ -53,7 +53,9 @@ def test_only_weights_worth_it_are_prepacked() -> None:
     x = torch.randn(8, 512)
     large, small = torch.randn(PREPACK_MIN_ELEMENTS // 512, 512), torch.randn(PREPACK_MIN_ELEMENTS // 512 - 1, 512)
     assert applies(x, large) and not applies(x, small)
-    torch.testing.assert_close(linear(x, large), F.linear(x, large), rtol=1e-5, atol=1e-4)
+    # fp32 rounding again (see above): 2,000 draws on 5 December differed by up to 1.4e-4, past the
+    # atol=1e-4 this had, and passed only through rtol.
+    torch.testing.assert_close(linear(x, large), F.linear(x, large), rtol=1e-4, atol=1e-3)
     assert torch.equal(linear(x, small), F.linear(x, small))  # F.linear itself, bit for bit
 
 
