@@ -27,6 +27,7 @@ from torch.utils._python_dispatch import _disable_current_modes
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
+from bench.roofline import best_of  # noqa: E402
 from scheduler_core.engine import Engine  # noqa: E402
 from scheduler_core.jobs.results import current_commit  # noqa: E402
 from scheduler_core.model import llama  # noqa: E402
@@ -47,12 +48,7 @@ def layers_unhooked(skip: Callable[[int], bool]) -> Callable[..., torch.Tensor]:
 
 
 def best_process_s(run: Callable[[], object], repeats: int) -> float:
-    best = float("inf")
-    for _ in range(repeats):
-        start = time.process_time()
-        run()
-        best = min(best, time.process_time() - start)
-    return best
+    return best_of(repeats, run, clock=time.process_time)
 
 
 def main() -> None:
