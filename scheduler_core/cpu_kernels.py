@@ -1,11 +1,13 @@
-"""The CPU's fp32 projection kernel: ``F.linear`` with a oneDNN-prepacked copy of the weight; and
-the choice between Parallax's CPU kernels (these projections, `scheduler_core.decode_attention`)
-and plain aten ops.
+"""The CPU's fp32 projection kernels: AMX tiles where the CPU has them (`scheduler_core.amx_linear`),
+else ``F.linear`` with a oneDNN-prepacked copy of the weight; and the choice between Parallax's CPU
+kernels (these projections, `scheduler_core.decode_attention`) and plain aten ops.
 
 A decode batch of a few dozen rows streams every weight from memory once per step, and the default
 CPU ``F.linear`` (MKL) repacks its weight operand on every call; oneDNN's prepacked layout is made
 once per weight and reused (docs/engine.md has the measurements). torch ships oneDNN, so this is a
-choice of kernel, not a new dependency. ``PARALLAX_CPU_KERNELS=aten`` turns both kernels off.
+choice of kernel, not a new dependency. On one torch thread, a weight that `amx_linear` takes (the
+CPU has AMX, the weight fits its bf16 pieces) goes there instead. ``PARALLAX_CPU_KERNELS=aten``
+turns every kernel off.
 
 The model calls `linear` on the plain CPU; the GPU simulator, which sees ``aten.linear`` under its
 dispatch mode, computes that op with `linear` too, so a simulated run's outputs are the plain
@@ -19,8 +21,10 @@ import torch
 import torch.nn.functional as F
 from torch.utils.weak import WeakIdKeyDictionary
 
-CPU_KERNELS_ENV = "PARALLAX_CPU_KERNELS"  # "native" (default), "onednn" or "aten"
-CHOICES = ("native", "onednn", "aten")
+from scheduler_core import amx_linear
+
+CPU_KERNELS_ENV = "PARALLAX_CPU_KERNELS"  # "native" (default), "no-amx", "onednn" or "aten"
+CHOICES = ("native", "no-amx", "onednn", "aten")
 # oneDNN blocks a prepacked weight for an expected number of rows; the engine's decode batches are
 # tens of rows (prefill chunks of hundreds run faster prepacked too, whatever the hint).
 _ROWS_HINT = 16
@@ -29,15 +33,17 @@ _ROWS_HINT = 16
 # 8-64 rows, prepacked time over F.linear's: a 64-wide model's projections, up to 64x256, 1.7-5.4;
 # SmolLM2's 576x576 0.92-1.24, about even; its 576x960 and larger 0.53-0.91).
 PREPACK_MIN_ELEMENTS = 1 << 18
-# weight -> (its storage address and version counter when packed, the packed copy). Weakly keyed by
-# the tensor object: a dropped weight drops its copy, and a weight changed in place (its version
-# counter moves) or given new storage is packed again.
+# weight -> (its storage address and version counter when packed, {kernel: its packed copy}), the
+# kernels "onednn" and "amx" (None where AMX does not take the weight). Weakly keyed by the tensor
+# object: a dropped weight drops its copies, and a weight changed in place (its version counter
+# moves) or given new storage is packed again.
 _packed: WeakIdKeyDictionary = WeakIdKeyDictionary()
 
 
 def cpu_kernels() -> str:
-    """The CPU kernels chosen: "native" (the prepacked projections and the decode-attention kernel),
-    "onednn" (the prepacked projections only) or "aten" (torch's own ops throughout)."""
+    """The CPU kernels chosen: "native" (AMX projections where they apply, the prepacked ones
+    elsewhere, and the decode-attention kernel), "no-amx" (the same without AMX), "onednn" (the
+    prepacked projections only) or "aten" (torch's own ops throughout)."""
     choice = os.environ.get(CPU_KERNELS_ENV, "native")
     if choice not in CHOICES:
         raise ValueError(f"{CPU_KERNELS_ENV}={choice!r}: expected one of {', '.join(CHOICES)}")
@@ -46,13 +52,13 @@ def cpu_kernels() -> str:
 
 def prepacked_projections() -> bool:
     """Whether projections multiply by oneDNN-prepacked weights (chosen, and torch has oneDNN)."""
-    return cpu_kernels() in ("native", "onednn") and torch.backends.mkldnn.is_available()
+    return cpu_kernels() != "aten" and torch.backends.mkldnn.is_available()
 
 
 def native_decode_attention() -> bool:
     """Whether decode attention may use `scheduler_core.decode_attention` (it also checks, per call,
     that it applies and was built)."""
-    return cpu_kernels() == "native"
+    return cpu_kernels() in ("native", "no-amx")
 
 
 def applies(x: torch.Tensor, weight: torch.Tensor) -> bool:
@@ -63,11 +69,20 @@ def applies(x: torch.Tensor, weight: torch.Tensor) -> bool:
 
 
 def linear(x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
-    """``F.linear(x, weight)`` (no bias), with the weight's prepacked copy where `applies`."""
+    """``F.linear(x, weight)`` (no bias): on AMX tiles or with the weight's oneDNN-prepacked copy
+    where `applies`, else F.linear itself."""
     if not applies(x, weight):
         return F.linear(x, weight)
     key = (weight.data_ptr(), weight._version)
     entry = _packed.get(weight)
     if entry is None or entry[0] != key:
-        entry = _packed[weight] = (key, torch.ops.mkldnn._reorder_linear_weight(weight.detach(), _ROWS_HINT))
-    return torch.ops.mkldnn._linear_pointwise(x, entry[1], None, "none", [], "")
+        entry = _packed[weight] = (key, {})
+    copies = entry[1]
+    if torch.get_num_threads() == 1 and cpu_kernels() == "native":
+        if "amx" not in copies:
+            copies["amx"] = amx_linear.pack(weight)
+        if copies["amx"] is not None:
+            return amx_linear.linear(x, copies["amx"])
+    if "onednn" not in copies:
+        copies["onednn"] = torch.ops.mkldnn._reorder_linear_weight(weight.detach(), _ROWS_HINT)
+    return torch.ops.mkldnn._linear_pointwise(x, copies["onednn"], None, "none", [], "")

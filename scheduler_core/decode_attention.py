@@ -20,83 +20,27 @@ from __future__ import annotations
 
 import ctypes
 import functools
-import hashlib
 import logging
-import os
-import platform
-import shutil
-import subprocess
-import tempfile
 from pathlib import Path
 
 import torch
 
+from scheduler_core import native_build
+from scheduler_core.native_build import CACHE_ENV, KernelUnavailable, cache_dir  # noqa: F401  (re-exported)
+
 log = logging.getLogger(__name__)
 
 SOURCE = Path(__file__).with_name("decode_attention.c")
-CACHE_ENV = "PARALLAX_KERNEL_CACHE"
 # -fopenmp-simd: the `omp simd` loops vectorise (reductions included) without OpenMP's runtime;
 # -fno-math-errno: no errno stores in the vectorised loops. No -ffast-math: it would change the
 # arithmetic everywhere and, linked in, flush denormals for the whole process.
 FLAGS = ("-O3", "-march=native", "-fopenmp-simd", "-fno-math-errno", "-shared", "-fPIC")
 
 
-class KernelUnavailable(RuntimeError):
-    """The kernel could not be built or loaded; the message says why."""
-
-
-def cache_dir() -> Path:
-    if os.environ.get(CACHE_ENV):
-        return Path(os.environ[CACHE_ENV])
-    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    return Path(base) / "parallax" / "kernels"
-
-
-def _cpu_identity() -> str:
-    """What -march=native compiles for: the machine and its CPU's feature flags."""
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith(("flags", "Features")):
-                return platform.machine() + line
-    except OSError:
-        pass
-    return platform.machine() + platform.processor()
-
-
 def build(compiler: str | None = None, directory: Path | None = None) -> Path:
     """The compiled kernel's path, compiling it if this source, compiler and CPU have none yet.
     Raises `KernelUnavailable` naming what is missing or what the compiler said."""
-    compiler = compiler or os.environ.get("CC") or "cc"
-    found = shutil.which(compiler)
-    if found is None:
-        raise KernelUnavailable(f"no C compiler {compiler!r} on PATH (set CC)")
-    source = SOURCE.read_bytes()
-    digest = hashlib.sha256(b"\0".join([source, " ".join(FLAGS).encode(), found.encode(),
-                                        _cpu_identity().encode()])).hexdigest()[:16]
-    directory = directory or cache_dir()
-    target = directory / f"decode_attention-{digest}.so"
-    if target.exists():
-        return target
-    try:
-        directory.mkdir(parents=True, exist_ok=True)
-        # Compiled beside the target and renamed: processes building at once each finish a whole
-        # file, and a reader never sees a half-written one.
-        fd, partial = tempfile.mkstemp(prefix=".decode_attention-", suffix=".so", dir=directory)
-        os.close(fd)
-    except OSError as e:
-        raise KernelUnavailable(f"cannot write the kernel cache {directory}: {e} (set {CACHE_ENV})") from e
-    try:
-        result = subprocess.run([found, *FLAGS, "-o", partial, str(SOURCE)], capture_output=True, text=True,
-                                timeout=120)
-        if result.returncode != 0:
-            raise KernelUnavailable(f"{compiler} failed on {SOURCE.name}: {result.stderr.strip()[-2000:]}")
-        os.replace(partial, target)
-    except (OSError, subprocess.TimeoutExpired) as e:
-        raise KernelUnavailable(f"{compiler} could not build {SOURCE.name}: {e}") from e
-    finally:
-        if os.path.exists(partial):
-            os.unlink(partial)
-    return target
+    return native_build.build(SOURCE, FLAGS, compiler, directory)
 
 
 def load(path: Path) -> ctypes.CDLL:

@@ -1,0 +1,356 @@
+/* fp32 projections on AMX bf16 tiles, to fp32 accuracy (scheduler_core/amx_linear.py).
+ *
+ * out[m, n] = sum_k x[m, k] * w[n, k], computed from bf16 pieces. Each fp32 value v is split into
+ * v = v1 + v2 + v3, each piece the nearest bf16 to what the previous ones leave (|v2| <= 2^-9 |v|,
+ * |v3| <= 2^-18 |v|), which holds v exactly for every normal fp32 value. The product x w is then
+ * the sum of the nine piece products; the kernel keeps those at least 2^-18 of the whole
+ * (x1w1, x2w1, x1w2, x2w2, x3w1, x1w3) and drops the three at 2^-27 or below, under fp32's own
+ * rounding of 2^-24. A weight whose third pieces are all zero (it fits in 16 significand bits, as
+ * many quantised checkpoints do) needs five products. Each bf16 product is exact in fp32 and the
+ * tile instruction accumulates in fp32, so the result differs from an fp32 matmul's by rounding in
+ * another summation order, as oneDNN's differs from MKL's.
+ *
+ * Written by hand because no library installable here multiplies bf16 operands into an fp32
+ * result on the CPU through torch (oneDNN's bf16 inner product returns bf16, and its fp32 "bf16
+ * math" mode rounds each operand to one bf16), and the AMX unit does a bf16 product many times
+ * faster than AVX-512 does an fp32 one: six of them still cost less than one fp32 FMA, and the
+ * weight's two or three bf16 pieces are read from memory in about the time its fp32 copy was.
+ * Single-threaded: the engine uses it on one torch thread (see amx_linear.py).
+ */
+#include <immintrin.h>
+#include <stdint.h>
+#include <string.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#define ARCH_REQ_XCOMP_PERM 0x1023
+#define XFEATURE_XTILEDATA 18
+
+#define TILE_ROWS 16  /* rows of x (and of out) per tile */
+#define TILE_COLS 16  /* columns of out per tile: 16 fp32 in a 64-byte tile row */
+#define TILE_K 32     /* k per tile: 32 bf16 in a 64-byte tile row */
+/* One packed weight tile: 16 pairs of k, each 16 columns of n times 2 bf16 (AMX's VNNI layout). */
+#define TILE_ELEMENTS (TILE_K * TILE_COLS)
+
+typedef struct {
+    uint8_t palette_id;
+    uint8_t start_row;
+    uint8_t reserved[14];
+    uint16_t colsb[16];
+    uint8_t rows[16];
+} tile_config;
+
+/* Asks Linux for the AMX tile state for this process (once; every thread may then use it).
+ * Returns 0, or -1 where the kernel or the CPU refuses. */
+int parallax_amx_init(void) {
+    return syscall(SYS_arch_prctl, ARCH_REQ_XCOMP_PERM, XFEATURE_XTILEDATA) == 0 ? 0 : -1;
+}
+
+static inline float bf16_bits_to_float(uint16_t h) {
+    const uint32_t u = (uint32_t)h << 16;
+    float f;
+    memcpy(&f, &u, sizeof f);
+    return f;
+}
+
+/* The nearest bf16 to v (ties to even). Infinities and NaNs keep their top half, so the pieces
+ * after them are zero (see split). */
+static inline uint16_t bf16_nearest(float v) {
+    uint32_t u;
+    memcpy(&u, &v, sizeof u);
+    if ((u & 0x7f800000u) == 0x7f800000u) return (uint16_t)(u >> 16);
+    return (uint16_t)((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
+}
+
+static inline void split(float v, uint16_t *p1, uint16_t *p2, uint16_t *p3) {
+    const uint16_t h1 = bf16_nearest(v);
+    const float r1 = v - bf16_bits_to_float(h1);
+    const uint16_t h2 = r1 == r1 ? bf16_nearest(r1) : 0;  /* an infinity leaves inf - inf: no more pieces */
+    const float r2 = r1 - bf16_bits_to_float(h2);
+    *p1 = h1;
+    *p2 = h2;
+    *p3 = r2 == r2 ? bf16_nearest(r2) : 0;
+}
+
+/* 2 where every weight is its first two bf16 pieces exactly, else 3. */
+int parallax_amx_weight_pieces(const float *w, int64_t count) {
+    for (int64_t i = 0; i < count; i++) {
+        uint16_t a, b, c;
+        split(w[i], &a, &b, &c);
+        if (c != 0 && c != 0x8000u) return 3;
+    }
+    return 2;
+}
+
+/* w [n, k] (n % 16 == 0, k % 32 == 0) into out: for each block of 16 columns, for each block of
+ * 32 k, `pieces` tiles (the first pieces, then the second, ...) of TILE_ELEMENTS bf16, element
+ * (k pair p, column c, half i) = piece of w[column block + c, k block + 2p + i]. A weight read in
+ * this order streams from memory front to back. */
+void parallax_amx_pack_weight(const float *w, int64_t n, int64_t k, int pieces, uint16_t *out) {
+    const int64_t k_blocks = k / TILE_K;
+    for (int64_t nb = 0; nb < n / TILE_COLS; nb++) {
+        for (int64_t kb = 0; kb < k_blocks; kb++) {
+            uint16_t *tiles = out + ((nb * k_blocks + kb) * pieces) * TILE_ELEMENTS;
+            for (int c = 0; c < TILE_COLS; c++) {
+                const float *row = w + (nb * TILE_COLS + c) * k + kb * TILE_K;
+                for (int kk = 0; kk < TILE_K; kk++) {
+                    uint16_t p[3];
+                    split(row[kk], &p[0], &p[1], &p[2]);
+                    const int64_t at = (kk / 2) * (TILE_COLS * 2) + c * 2 + (kk % 2);
+                    for (int piece = 0; piece < pieces; piece++) tiles[piece * TILE_ELEMENTS + at] = p[piece];
+                }
+            }
+        }
+    }
+}
+
+/* Every tile 16 rows of 64 bytes: tiles 0-1 out, 2-4 x's pieces, 5-7 w's. A constant in memory,
+ * not a local: GCC 12 does not count ldtilecfg as reading its operand and dropped the stores that
+ * filled a local one (the load then faulted). */
+static const tile_config CONFIG = {
+    .palette_id = 1,
+    .colsb = {64, 64, 64, 64, 64, 64, 64, 64},
+    .rows = {TILE_ROWS, TILE_ROWS, TILE_ROWS, TILE_ROWS, TILE_ROWS, TILE_K / 2, TILE_K / 2, TILE_K / 2},
+};
+
+static void configure(void) {
+    _tile_loadconfig(&CONFIG);
+}
+
+/* The products of one 16-column block into tile `C`, from x's pieces in tiles 2-4 and this block's
+ * k-th weight tiles. Macros, not functions: tile numbers must be compile-time constants. */
+#define BLOCK_PRODUCTS(C, TILES, PIECES)                          \
+    do {                                                          \
+        _tile_loadd(5, (TILES), 64);                              \
+        _tile_loadd(6, (TILES) + TILE_ELEMENTS, 64);              \
+        _tile_dpbf16ps(C, 2, 5);                                  \
+        _tile_dpbf16ps(C, 3, 5);                                  \
+        _tile_dpbf16ps(C, 4, 5);                                  \
+        _tile_dpbf16ps(C, 2, 6);                                  \
+        _tile_dpbf16ps(C, 3, 6);                                  \
+        if ((PIECES) == 3) {                                      \
+            _tile_loadd(7, (TILES) + 2 * TILE_ELEMENTS, 64);      \
+            _tile_dpbf16ps(C, 2, 7);                              \
+        }                                                         \
+    } while (0)
+
+/* Tile `C` (16 rows, 16 columns) into out's rows row0 .. row0 + rows, through a buffer where the
+ * block has fewer than 16 rows. */
+static inline void store_block(int C, float *out, int64_t n, int rows, float *partial) {
+    if (rows == TILE_ROWS) {
+        if (C == 0) _tile_stored(0, out, n * 4); else _tile_stored(1, out, n * 4);
+        return;
+    }
+    if (C == 0) _tile_stored(0, partial, TILE_COLS * 4); else _tile_stored(1, partial, TILE_COLS * 4);
+    for (int r = 0; r < rows; r++) memcpy(out + r * n, partial + r * TILE_COLS, TILE_COLS * 4);
+}
+
+/* out [m, n] = x [m, k] . w^T, w packed by parallax_amx_pack_weight with `pieces` pieces; scratch
+ * holds 3 * ceil(m / 16) * 16 * k bf16 (x's pieces, zero rows after the last). Column blocks go in
+ * pairs on the outside and row blocks inside, so a pair's weight tiles come from memory once and
+ * from the cache for every further block of rows. Call parallax_amx_init first. */
+void parallax_amx_linear(const float *x, int64_t m, int64_t k, const uint16_t *packed, int64_t n, int pieces,
+                         float *out, uint16_t *scratch) {
+    const int64_t k_blocks = k / TILE_K, n_blocks = n / TILE_COLS;
+    const int64_t m_padded = (m + TILE_ROWS - 1) / TILE_ROWS * TILE_ROWS;
+    const int64_t block_stride = k_blocks * pieces * TILE_ELEMENTS;  /* bf16 per column block */
+    uint16_t *x1 = scratch, *x2 = scratch + m_padded * k, *x3 = scratch + 2 * m_padded * k;
+    float partial[TILE_ROWS * TILE_COLS] __attribute__((aligned(64)));
+    for (int64_t i = 0; i < m * k; i++) split(x[i], &x1[i], &x2[i], &x3[i]);
+    const int64_t padding = (m_padded - m) * k * (int64_t)sizeof(uint16_t);
+    memset(x1 + m * k, 0, padding);
+    memset(x2 + m * k, 0, padding);
+    memset(x3 + m * k, 0, padding);
+    configure();
+    for (int64_t nb = 0; nb < n_blocks; nb += 2) {
+        const int pair = nb + 1 < n_blocks;
+        const uint16_t *first = packed + nb * block_stride, *second = first + block_stride;
+        for (int64_t m0 = 0; m0 < m; m0 += TILE_ROWS) {
+            const int rows = m - m0 < TILE_ROWS ? (int)(m - m0) : TILE_ROWS;
+            const int64_t row_offset = m0 * k;
+            _tile_zero(0);
+            _tile_zero(1);
+            for (int64_t kb = 0; kb < k_blocks; kb++) {
+                _tile_loadd(2, x1 + row_offset + kb * TILE_K, k * 2);
+                _tile_loadd(3, x2 + row_offset + kb * TILE_K, k * 2);
+                _tile_loadd(4, x3 + row_offset + kb * TILE_K, k * 2);
+                BLOCK_PRODUCTS(0, first + kb * pieces * TILE_ELEMENTS, pieces);
+                if (pair) BLOCK_PRODUCTS(1, second + kb * pieces * TILE_ELEMENTS, pieces);
+            }
+            store_block(0, out + m0 * n + nb * TILE_COLS, n, rows, partial);
+            if (pair) store_block(1, out + m0 * n + (nb + 1) * TILE_COLS, n, rows, partial);
+        }
+    }
+    _tile_release();
+}
+
+/* ---- Block-scaled weights: w = d * q + m per 32 values of a row, q a small integer. ----
+ *
+ * Quantised checkpoints (GGUF's Q4_1, Q8_0, ...) hold a row's weights in blocks of 32 as integers
+ * q with a scale d and an offset m; dequantised to fp32 they are d * q + m exactly. For such a
+ * weight sum_k w_k x_k = sum_blocks (d * sum_k q_k x_k + m * sum_k x_k): the tiles multiply x's
+ * three bf16 pieces by q (a bf16 holds every integer up to 256 exactly), one k-tile being one
+ * block, and the scale and offset are applied in fp32 after each. The weight is kept as one int8
+ * per value plus a scale and an offset per block (1.25 bytes per value against fp32's 4), widened
+ * to bf16 tiles in the cache as it is used, and each block takes three tile products, not five. */
+
+/* Finds d, m and integers q (|q| <= 127) with w = d * q + m exactly (checked in double, where
+ * every such product and sum is exact) for one block of 32: offset blocks (m the least value,
+ * d = (greatest - least) / 15, as Q4_1 stores them) or symmetric ones (m = 0, d = the largest
+ * magnitude / 127, as Q8_0 does). Returns 1 with q written, or 0. */
+static int block_scale(const float *w, float *d_out, float *m_out, int8_t *q) {
+    float lo = w[0], hi = w[0], amax = 0.0f;
+    for (int i = 0; i < TILE_K; i++) {
+        lo = w[i] < lo ? w[i] : lo;
+        hi = w[i] > hi ? w[i] : hi;
+        const float a = w[i] < 0 ? -w[i] : w[i];
+        amax = a > amax ? a : amax;
+    }
+    if (!(amax < __builtin_inff())) return 0;  /* an infinity or a NaN */
+    const double candidates[2][2] = {{((double)hi - lo) / 15.0, lo}, {amax / 127.0, 0.0}};
+    for (int c = 0; c < 2; c++) {
+        const double d = candidates[c][0], m = candidates[c][1];
+        if ((double)(float)d != d) continue;
+        int exact = 1;
+        for (int i = 0; i < TILE_K && exact; i++) {
+            const double steps = d == 0.0 ? 0.0 : __builtin_nearbyint((w[i] - m) / d);
+            exact = steps >= -127.0 && steps <= 127.0 && d * steps + m == (double)w[i];
+            q[i] = (int8_t)steps;
+        }
+        if (exact) {
+            *d_out = (float)d;
+            *m_out = (float)m;
+            return 1;
+        }
+    }
+    return 0;
+}
+
+/* Column blocks per chunk: the kernel takes a weight a chunk of columns at a time, every k block
+ * of it, so a chunk's widened tiles (32 KB) stay in the cache, even for an LM head of 49,152. */
+#define CHUNK_BLOCKS 32
+
+/* w [n, k] (n % 16 == 0, k % 32 == 0) into q (n * k int8) and scales (n * k / 16 fp32), both in
+ * the order the kernel reads them: for each chunk of CHUNK_BLOCKS 16-column blocks, for each k
+ * block, for each column block of the chunk, one int8 tile laid out as parallax_amx_pack_weight's
+ * (k pair, column, half), and its 16 d then 16 m. Returns 1, or 0 (nothing usable written) where
+ * some block has no exact d, m, q. */
+int parallax_amx_pack_blocks(const float *w, int64_t n, int64_t k, int8_t *q_out, float *scales) {
+    const int64_t k_blocks = k / TILE_K, n_blocks = n / TILE_COLS;
+    int64_t at = 0;  /* tiles written so far */
+    for (int64_t chunk = 0; chunk < n_blocks; chunk += CHUNK_BLOCKS) {
+        const int64_t chunk_end = chunk + CHUNK_BLOCKS < n_blocks ? chunk + CHUNK_BLOCKS : n_blocks;
+        for (int64_t kb = 0; kb < k_blocks; kb++) {
+            for (int64_t nb = chunk; nb < chunk_end; nb++, at++) {
+                int8_t *tile = q_out + at * TILE_ELEMENTS;
+                float *block_scales = scales + at * 2 * TILE_COLS;
+                for (int c = 0; c < TILE_COLS; c++) {
+                    int8_t q[TILE_K];
+                    if (!block_scale(w + (nb * TILE_COLS + c) * k + kb * TILE_K, &block_scales[c],
+                                     &block_scales[TILE_COLS + c], q))
+                        return 0;
+                    for (int kk = 0; kk < TILE_K; kk++) tile[(kk / 2) * (TILE_COLS * 2) + c * 2 + (kk % 2)] = q[kk];
+                }
+            }
+        }
+    }
+    return 1;
+}
+
+/* `count` int8 values (one k block of a chunk's tiles) widened to bf16 into `tiles`, exactly; the
+ * next ones (the next k block's, or the next chunk's) are asked for from memory meanwhile. */
+static void widen(const int8_t *q, int64_t count, uint16_t *tiles) {
+    for (int64_t i = 0; i < count; i += 32) {
+        _mm_prefetch((const char *)(q + count + i), _MM_HINT_T0);
+        const __m512 lo = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)(q + i))));
+        const __m512 hi = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)(q + i + 16))));
+        _mm512_store_si512((__m512i *)(tiles + i), (__m512i)_mm512_cvtne2ps_pbh(hi, lo));
+    }
+}
+
+/* One column block: x's pieces (tiles 2-4) times q (tile B) into tile C, stored to partial[C].
+ * Macros, not functions: tile numbers must be literal constants. */
+#define BLOCK_PRODUCT(C, B, TILE)                   \
+    do {                                            \
+        _tile_zero(C);                              \
+        _tile_loadd(B, (TILE), 64);                 \
+        _tile_dpbf16ps(C, 2, B);                    \
+        _tile_dpbf16ps(C, 3, B);                    \
+        _tile_dpbf16ps(C, 4, B);                    \
+        _tile_stored(C, partial[C], TILE_COLS * 4); \
+    } while (0)
+
+/* out[r] = (first ? 0 : out[r]) + d * partial[r], then + m * block_sum[r], for `rows` rows of
+ * one column block (out's rows n apart). */
+static inline void scale_block(const float *partial, const float *scales, const float *sums, int rows, int first,
+                               float *out, int64_t n) {
+    const __m512 d = _mm512_loadu_ps(scales), offset = _mm512_loadu_ps(scales + TILE_COLS);
+    for (int r = 0; r < rows; r++) {
+        const __m512 before = first ? _mm512_setzero_ps() : _mm512_loadu_ps(out + r * n);
+        const __m512 scaled = _mm512_fmadd_ps(d, _mm512_load_ps(partial + r * TILE_COLS), before);
+        _mm512_storeu_ps(out + r * n, _mm512_fmadd_ps(offset, _mm512_set1_ps(sums[r]), scaled));
+    }
+}
+
+/* out [m, n] = x [m, k] . w^T for a weight packed by parallax_amx_pack_blocks; scratch holds
+ * 3 * ceil(m / 16) * 16 * k bf16, sums ceil(m / 16) * 16 * k / 32 fp32 (x's pieces and its block
+ * sums) and tiles CHUNK_BLOCKS * 512 bf16, 64-byte aligned (one k block of a chunk widened).
+ * Call parallax_amx_init first.
+ *
+ * Within a chunk of columns, k blocks on the outside: a block of rows keeps x's pieces in tiles 2-4
+ * while the chunk's column blocks stream past, so consecutive tile products share their x tiles and, alternating between out
+ * tiles 0 and 1, one column block's scaling (vector work) runs beside the next one's products;
+ * out collects the blocks' sums in fp32. */
+void parallax_amx_linear_blocks(const float *x, int64_t m, int64_t k, const int8_t *q, const float *scales,
+                                int64_t n, float *out, uint16_t *scratch, float *sums, uint16_t *tiles) {
+    const int64_t k_blocks = k / TILE_K, n_blocks = n / TILE_COLS;
+    const int64_t m_padded = (m + TILE_ROWS - 1) / TILE_ROWS * TILE_ROWS;
+    uint16_t *x1 = scratch, *x2 = scratch + m_padded * k, *x3 = scratch + 2 * m_padded * k;
+    float partial[2][TILE_ROWS * TILE_COLS] __attribute__((aligned(64)));
+    for (int64_t i = 0; i < m * k; i++) split(x[i], &x1[i], &x2[i], &x3[i]);
+    const int64_t padding = (m_padded - m) * k * (int64_t)sizeof(uint16_t);
+    memset(x1 + m * k, 0, padding);
+    memset(x2 + m * k, 0, padding);
+    memset(x3 + m * k, 0, padding);
+    /* sums[kb * m_padded + r]: block kb of row r, each row's 32 values added in order. */
+    for (int64_t r = 0; r < m_padded; r++)
+        for (int64_t kb = 0; kb < k_blocks; kb++) {
+            float total = 0.0f;
+            if (r < m)
+                for (int kk = 0; kk < TILE_K; kk++) total += x[r * k + kb * TILE_K + kk];
+            sums[kb * m_padded + r] = total;
+        }
+    configure();
+    const int8_t *chunk_q = q;
+    const float *chunk_scales = scales;
+    for (int64_t chunk = 0; chunk < n_blocks; chunk += CHUNK_BLOCKS) {
+        const int64_t blocks = chunk + CHUNK_BLOCKS < n_blocks ? CHUNK_BLOCKS : n_blocks - chunk;
+        for (int64_t kb = 0; kb < k_blocks; kb++) {
+            widen(chunk_q + kb * blocks * TILE_ELEMENTS, blocks * TILE_ELEMENTS, tiles);
+            const float *k_scales = chunk_scales + kb * blocks * 2 * TILE_COLS;
+            for (int64_t m0 = 0; m0 < m; m0 += TILE_ROWS) {
+                const int rows = m - m0 < TILE_ROWS ? (int)(m - m0) : TILE_ROWS;
+                const float *row_sums = sums + kb * m_padded + m0;
+                float *out_rows = out + m0 * n + chunk * TILE_COLS;
+                _tile_loadd(2, x1 + m0 * k + kb * TILE_K, k * 2);
+                _tile_loadd(3, x2 + m0 * k + kb * TILE_K, k * 2);
+                _tile_loadd(4, x3 + m0 * k + kb * TILE_K, k * 2);
+                for (int64_t nb = 0; nb < blocks; nb += 2) {
+                    BLOCK_PRODUCT(0, 5, tiles + nb * TILE_ELEMENTS);
+                    if (nb > 0)
+                        scale_block(partial[1], k_scales + (nb - 1) * 2 * TILE_COLS, row_sums, rows, kb == 0,
+                                    out_rows + (nb - 1) * TILE_COLS, n);
+                    if (nb + 1 < blocks) BLOCK_PRODUCT(1, 6, tiles + (nb + 1) * TILE_ELEMENTS);
+                    scale_block(partial[0], k_scales + nb * 2 * TILE_COLS, row_sums, rows, kb == 0,
+                                out_rows + nb * TILE_COLS, n);
+                }
+                if (blocks % 2 == 0)
+                    scale_block(partial[1], k_scales + (blocks - 1) * 2 * TILE_COLS, row_sums, rows, kb == 0,
+                                out_rows + (blocks - 1) * TILE_COLS, n);
+            }
+        }
+        chunk_q += k_blocks * blocks * TILE_ELEMENTS;
+        chunk_scales += k_blocks * blocks * 2 * TILE_COLS;
+    }
+    _tile_release();
+}

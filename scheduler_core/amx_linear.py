@@ -1,0 +1,167 @@
+"""fp32 projections on the CPU's AMX tiles, kept to fp32 accuracy: ``amx_linear.c`` multiplies
+bf16 pieces of each operand (two or three per value, which hold it exactly) and adds the products
+that matter in fp32. On a decode batch of a few dozen rows an fp32 matmul on AVX-512 is bound by
+its FMAs; the tiles do those products several times faster, so the step becomes bound by reading
+the weights instead (docs/engine.md has the measurements).
+
+The kernel is used only where it pays and is exact enough:
+- the CPU has AMX with bf16 (``amx_bf16`` in /proc/cpuinfo) and Linux grants the tile state;
+- the weight is fp32 and fits in two bf16 pieces (its third pieces are all zero, as the GGUF's
+  quantised projections do; a weight needing three is read from memory as 6 bytes per value
+  against fp32's 4, so it stays on oneDNN);
+- its shape is whole tiles (``out_features % 16 == 0``, ``in_features % 32 == 0``);
+- torch runs on one thread (the kernel is single-threaded; with more, oneDNN shares the work).
+
+Built like `scheduler_core.decode_attention` (`scheduler_core.native_build`); where it cannot be
+built or the CPU has no AMX, the projections stay on oneDNN and the reason is logged once.
+"""
+from __future__ import annotations
+
+import ctypes
+import functools
+import logging
+import platform
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+from scheduler_core import native_build
+from scheduler_core.native_build import KernelUnavailable
+
+log = logging.getLogger(__name__)
+
+SOURCE = Path(__file__).with_name("amx_linear.c")
+FLAGS = ("-O3", "-march=native", "-mamx-tile", "-mamx-bf16", "-fno-math-errno", "-shared", "-fPIC")
+TILE_COLS, TILE_K, TILE_ROWS = 16, 32, 16
+CHUNK_BLOCKS = 32  # amx_linear.c's
+
+
+@dataclass(frozen=True)
+class PackedWeight:
+    """A weight (out_features x in_features) in the kernel's tile layout: either ``pieces`` bf16
+    pieces of each value, or (``scales`` set) block-scaled, one bf16 integer per value in ``data``
+    and each block's scale and offset in ``scales``."""
+    data: torch.Tensor
+    pieces: int
+    out_features: int
+    in_features: int
+    scales: torch.Tensor | None = None
+
+
+def cpu_has_amx() -> bool:
+    flags = native_build.cpu_flags_line().split()
+    return platform.machine() == "x86_64" and {"amx_tile", "amx_bf16", "avx512_bf16"} <= set(flags)
+
+
+def load(path: Path) -> ctypes.CDLL:
+    try:
+        library = ctypes.CDLL(str(path))
+    except OSError as e:
+        raise KernelUnavailable(f"cannot load {path}: {e}") from e
+    pointer, size = ctypes.c_void_p, ctypes.c_int64
+    library.parallax_amx_init.argtypes = []
+    library.parallax_amx_init.restype = ctypes.c_int
+    library.parallax_amx_weight_pieces.argtypes = [pointer, size]
+    library.parallax_amx_weight_pieces.restype = ctypes.c_int
+    library.parallax_amx_pack_weight.argtypes = [pointer, size, size, ctypes.c_int, pointer]
+    library.parallax_amx_pack_weight.restype = None
+    library.parallax_amx_linear.argtypes = [pointer, size, size, pointer, size, ctypes.c_int, pointer, pointer]
+    library.parallax_amx_linear.restype = None
+    library.parallax_amx_pack_blocks.argtypes = [pointer, size, size, pointer, pointer]
+    library.parallax_amx_pack_blocks.restype = ctypes.c_int
+    library.parallax_amx_linear_blocks.argtypes = [pointer, size, size, pointer, pointer, size, pointer, pointer,
+                                                   pointer, pointer]
+    library.parallax_amx_linear_blocks.restype = None
+    return library
+
+
+@functools.cache
+def library() -> ctypes.CDLL | None:
+    """The loaded kernel with the tile state granted, built on first use; None (logged once, with
+    the reason) where the CPU has no AMX or the kernel cannot be built or enabled."""
+    if not cpu_has_amx():
+        log.info("fp32 projections stay on oneDNN, not AMX: this CPU has no AMX bf16 tiles "
+                 "(amx_tile, amx_bf16, avx512_bf16 in /proc/cpuinfo)")
+        return None
+    try:
+        path = native_build.build(SOURCE, FLAGS)
+        try:
+            lib = load(path)
+        except KernelUnavailable as e:  # a damaged file in the cache: build it again
+            log.warning("%s; building it again", e)
+            path.unlink(missing_ok=True)
+            lib = load(native_build.build(SOURCE, FLAGS))
+        if lib.parallax_amx_init() != 0:
+            raise KernelUnavailable("Linux refused the AMX tile state (arch_prctl ARCH_REQ_XCOMP_PERM)")
+        return lib
+    except KernelUnavailable as e:
+        log.warning("fp32 projections stay on oneDNN, not AMX: %s", e)
+        return None
+
+
+def shape_fits(weight: torch.Tensor) -> bool:
+    return weight.dim() == 2 and weight.shape[0] % TILE_COLS == 0 and weight.shape[1] % TILE_K == 0
+
+
+def pack(weight: torch.Tensor, max_pieces: int = 2, blocks: bool = True) -> PackedWeight | None:
+    """The weight in the kernel's layout, or None where the kernel does not take it (no AMX, not
+    fp32, not whole tiles, or neither block-scaled, where ``blocks`` allows that, nor within
+    ``max_pieces`` bf16 pieces; the engine allows two, see the module's docstring)."""
+    lib = library()
+    if lib is None or weight.dtype != torch.float32 or not shape_fits(weight):
+        return None
+    weight = weight.detach().contiguous()
+    if blocks:
+        packed = _pack_blocks(lib, weight)
+        if packed is not None:
+            return packed
+    pieces = lib.parallax_amx_weight_pieces(weight.data_ptr(), weight.numel())
+    if pieces > max_pieces:
+        return None
+    out_features, in_features = weight.shape
+    data = torch.empty(out_features * in_features * pieces, dtype=torch.int16)
+    lib.parallax_amx_pack_weight(weight.data_ptr(), out_features, in_features, pieces, data.data_ptr())
+    return PackedWeight(data, pieces, out_features, in_features)
+
+
+def _pack_blocks(lib: ctypes.CDLL, weight: torch.Tensor) -> PackedWeight | None:
+    out_features, in_features = weight.shape
+    data = torch.empty(out_features * in_features, dtype=torch.int8)
+    scales = torch.empty(out_features * (in_features // TILE_K) * 2, dtype=torch.float32)
+    if not lib.parallax_amx_pack_blocks(weight.data_ptr(), out_features, in_features, data.data_ptr(),
+                                        scales.data_ptr()):
+        return None
+    return PackedWeight(data, 1, out_features, in_features, scales)
+
+
+def _aligned(count: int) -> torch.Tensor:
+    """``count`` int16 at a 64-byte boundary, for the kernel's aligned vector stores."""
+    raw = torch.empty(count + 32, dtype=torch.int16)
+    skip = (-raw.data_ptr() % 64) // 2
+    return raw[skip:skip + count]
+
+
+def linear(x: torch.Tensor, packed: PackedWeight) -> torch.Tensor:
+    """``x @ weight.T`` for fp32 x [..., in_features] on the CPU, the weight packed by `pack`."""
+    lib = library()
+    assert lib is not None, "amx_linear.linear called where the kernel was not built"
+    if x.dtype != torch.float32 or x.device.type != "cpu" or x.shape[-1] != packed.in_features:
+        raise ValueError(f"amx_linear: x {tuple(x.shape)} {x.dtype} on {x.device} does not fit a "
+                         f"{packed.out_features}x{packed.in_features} fp32 weight")
+    rows = x.reshape(-1, packed.in_features).contiguous()
+    m = rows.shape[0]
+    out = torch.empty((m, packed.out_features), dtype=torch.float32)
+    if m:
+        padded = -(-m // TILE_ROWS) * TILE_ROWS
+        scratch = torch.empty(3 * padded * packed.in_features, dtype=torch.int16)
+        if packed.scales is None:
+            lib.parallax_amx_linear(rows.data_ptr(), m, packed.in_features, packed.data.data_ptr(),
+                                    packed.out_features, packed.pieces, out.data_ptr(), scratch.data_ptr())
+        else:
+            sums = torch.empty(padded * (packed.in_features // TILE_K), dtype=torch.float32)
+            widened = _aligned(CHUNK_BLOCKS * TILE_K * TILE_COLS)  # held here: the kernel writes to it
+            lib.parallax_amx_linear_blocks(rows.data_ptr(), m, packed.in_features, packed.data.data_ptr(),
+                                           packed.scales.data_ptr(), packed.out_features, out.data_ptr(),
+                                           scratch.data_ptr(), sums.data_ptr(), widened.data_ptr())
+    return out.view(*x.shape[:-1], packed.out_features)

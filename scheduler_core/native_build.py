@@ -1,0 +1,85 @@
+"""Building Parallax's C kernels on the machine that runs them: one source file into a shared
+library, compiled on first use with the machine's C compiler (``$CC``, else ``cc``; a fraction of
+a second) into a cache directory (``$PARALLAX_KERNEL_CACHE``, else
+``$XDG_CACHE_HOME/parallax/kernels``, else ``~/.cache/...``), named by a hash of the source, the
+flags, the compiler and the CPU, so a changed source or another CPU builds its own copy.
+
+Used by `scheduler_core.decode_attention` and `scheduler_core.amx_linear`; each keeps its own
+source, flags and fallback.
+"""
+from __future__ import annotations
+
+import hashlib
+import os
+import platform
+import shutil
+import subprocess
+import tempfile
+from pathlib import Path
+
+CACHE_ENV = "PARALLAX_KERNEL_CACHE"
+
+
+class KernelUnavailable(RuntimeError):
+    """A kernel could not be built or loaded; the message says why."""
+
+
+def cache_dir() -> Path:
+    if os.environ.get(CACHE_ENV):
+        return Path(os.environ[CACHE_ENV])
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return Path(base) / "parallax" / "kernels"
+
+
+def cpu_flags_line() -> str:
+    """The CPU's feature flags as /proc/cpuinfo lists them ("" where it cannot be read)."""
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith(("flags", "Features")):
+                return line
+    except OSError:
+        pass
+    return ""
+
+
+def _cpu_identity() -> str:
+    """What -march=native compiles for: the machine and its CPU's feature flags."""
+    return platform.machine() + (cpu_flags_line() or platform.processor())
+
+
+def build(source_path: Path, flags: tuple[str, ...], compiler: str | None = None,
+          directory: Path | None = None) -> Path:
+    """The compiled library's path, compiling it if this source, flags, compiler and CPU have none
+    yet. Raises `KernelUnavailable` naming what is missing or what the compiler said."""
+    compiler = compiler or os.environ.get("CC") or "cc"
+    found = shutil.which(compiler)
+    if found is None:
+        raise KernelUnavailable(f"no C compiler {compiler!r} on PATH (set CC)")
+    source = source_path.read_bytes()
+    digest = hashlib.sha256(b"\0".join([source, " ".join(flags).encode(), found.encode(),
+                                        _cpu_identity().encode()])).hexdigest()[:16]
+    directory = directory or cache_dir()
+    stem = source_path.stem
+    target = directory / f"{stem}-{digest}.so"
+    if target.exists():
+        return target
+    try:
+        directory.mkdir(parents=True, exist_ok=True)
+        # Compiled beside the target and renamed: processes building at once each finish a whole
+        # file, and a reader never sees a half-written one.
+        fd, partial = tempfile.mkstemp(prefix=f".{stem}-", suffix=".so", dir=directory)
+        os.close(fd)
+    except OSError as e:
+        raise KernelUnavailable(f"cannot write the kernel cache {directory}: {e} (set {CACHE_ENV})") from e
+    try:
+        result = subprocess.run([found, *flags, "-o", partial, str(source_path)], capture_output=True, text=True,
+                                timeout=120)
+        if result.returncode != 0:
+            raise KernelUnavailable(f"{compiler} failed on {source_path.name}: {result.stderr.strip()[-2000:]}")
+        os.replace(partial, target)
+    except (OSError, subprocess.TimeoutExpired) as e:
+        raise KernelUnavailable(f"{compiler} could not build {source_path.name}: {e}") from e
+    finally:
+        if os.path.exists(partial):
+            os.unlink(partial)
+    return target

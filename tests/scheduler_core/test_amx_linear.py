@@ -1,0 +1,182 @@
+"""The AMX projection kernels: fp32 accuracy from bf16 pieces, for block-scaled weights (as GGUF's
+Q4_1 and Q8_0 dequantise) and for weights of two bf16 pieces; rows independent of their batch; the
+weights it refuses; and the engine's choice of it (one thread, "native", a weight it takes)."""
+from __future__ import annotations
+
+import logging
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from scheduler_core import amx_linear, cpu_kernels, native_build
+from scheduler_core.cpu_kernels import CPU_KERNELS_ENV
+
+needs_amx = pytest.mark.skipif(not amx_linear.cpu_has_amx() or amx_linear.library() is None,
+                               reason="this CPU has no AMX bf16 tiles (or the kernel could not be built)")
+
+
+def _two_piece_weight(out_features: int, in_features: int, seed: int = 0) -> torch.Tensor:
+    """Values of 16 significand bits, as the GGUF's quantised projections are: two bf16 pieces."""
+    g = torch.Generator().manual_seed(seed)
+    coarse = (torch.randn(out_features, in_features, generator=g) * 0.05).bfloat16().float()
+    fine = (torch.randn(out_features, in_features, generator=g) * 0.05 / 512).bfloat16().float()
+    return coarse + fine
+
+
+def _block_weight(out_features: int, in_features: int, symmetric: bool = False, seed: int = 0) -> torch.Tensor:
+    """A weight as a quantised checkpoint dequantises it: per 32 values of a row, d * q + m with
+    fp16 d and m, q in 0..15 (GGUF's Q4_1), or m = 0 and q in -127..127 (Q8_0)."""
+    g = torch.Generator().manual_seed(seed)
+    blocks = (out_features, in_features // 32, 1)
+    if symmetric:
+        q = torch.randint(-127, 128, (*blocks[:2], 32), generator=g)
+        q[..., 0] = 127  # Q8_0 maps each block's largest magnitude to +-127
+        d = (torch.rand(blocks, generator=g) * 0.002).half().float()
+        return (d * q).reshape(out_features, in_features)
+    q = torch.randint(0, 16, (*blocks[:2], 32), generator=g)
+    q[..., 0], q[..., 1] = 0, 15  # Q4_1 maps each block's least value to 0 and its greatest to 15
+    d = (torch.rand(blocks, generator=g) * 0.01).half().float()
+    m = (-torch.rand(blocks, generator=g) * 0.08).half().float()
+    return (d * q + m).reshape(out_features, in_features)
+
+
+WEIGHTS = {"q4_1-like blocks": lambda n, k: _block_weight(n, k), "q8_0-like blocks": lambda n, k: _block_weight(n, k, True),
+           "two bf16 pieces": _two_piece_weight}
+
+
+def _rms_error(result: torch.Tensor, x: torch.Tensor, weight: torch.Tensor) -> float:
+    exact = x.double() @ weight.double().T
+    return float(((result.double() - exact) ** 2).mean().sqrt())
+
+
+@needs_amx
+@pytest.mark.parametrize("kind", WEIGHTS)
+def test_the_product_is_as_accurate_as_an_fp32_matmul(kind: str) -> None:
+    weight, x = WEIGHTS[kind](1536, 576), torch.randn(16, 576)
+    packed = amx_linear.pack(weight)
+    assert packed is not None and (packed.scales is not None) == ("blocks" in kind)
+    # An fp32 matmul's error against the exact product is its rounding, about 2^-24 per term; one
+    # bf16 piece fewer of x (x3 dropped) would be 2^-18 per term, far over twice fp32's.
+    assert _rms_error(amx_linear.linear(x, packed), x, weight) < 2 * _rms_error(F.linear(x, weight), x, weight)
+
+
+@needs_amx
+def test_a_weight_of_three_pieces_is_exact_enough_where_allowed() -> None:
+    weight, x = torch.randn(1536, 576) * 0.05, torch.randn(16, 576)
+    packed = amx_linear.pack(weight, max_pieces=3)
+    assert packed is not None and packed.pieces == 3
+    assert _rms_error(amx_linear.linear(x, packed), x, weight) < 2 * _rms_error(F.linear(x, weight), x, weight)
+
+
+@needs_amx
+@pytest.mark.parametrize("kind", WEIGHTS)
+def test_a_row_gives_the_same_bits_in_any_batch(kind: str) -> None:
+    weight = WEIGHTS[kind](960, 576)
+    packed = amx_linear.pack(weight)
+    assert packed is not None
+    x = torch.randn(37, 576)  # two whole tiles of rows and a partial one
+    together = amx_linear.linear(x, packed)
+    for m in (1, 13, 16, 17):
+        assert torch.equal(amx_linear.linear(x[:m], packed), together[:m])
+    assert torch.equal(amx_linear.linear(x[20:21], packed), together[20:21])
+
+
+@needs_amx
+def test_an_lm_head_wider_than_a_chunk_of_columns_is_whole() -> None:
+    weight, x = _block_weight(49152 // 8 + 16, 576, symmetric=True), torch.randn(5, 576)  # 385 column blocks
+    packed = amx_linear.pack(weight)
+    assert packed is not None and packed.scales is not None
+    torch.testing.assert_close(amx_linear.linear(x, packed), F.linear(x, weight), rtol=1e-4, atol=1e-4)
+
+
+@needs_amx
+def test_leading_dimensions_are_kept() -> None:
+    weight = _block_weight(576, 576)
+    packed = amx_linear.pack(weight)
+    x = torch.randn(3, 5, 576)
+    result = amx_linear.linear(x, packed)
+    assert result.shape == (3, 5, 576)
+    assert torch.equal(result, amx_linear.linear(x.reshape(15, 576), packed).view(3, 5, 576))
+
+
+@needs_amx
+@pytest.mark.parametrize("kind", WEIGHTS)
+def test_infinities_and_nans_reach_only_their_own_row(kind: str) -> None:
+    weight = WEIGHTS[kind](576, 576)
+    packed = amx_linear.pack(weight)
+    x = torch.randn(3, 576)
+    x[0, 7], x[1, 9] = float("inf"), float("nan")
+    result = amx_linear.linear(x, packed)
+    # Every output of those rows is not finite, as fp32's are (a block's scaled sum and its offset
+    # term may meet as inf - inf, so an infinity may come out as NaN).
+    assert not result[0].isfinite().any() and result[1].isnan().all()
+    torch.testing.assert_close(result[2], F.linear(x, weight)[2], rtol=1e-5, atol=1e-5)
+
+
+@needs_amx
+def test_weights_it_does_not_take_are_refused() -> None:
+    assert amx_linear.pack(torch.randn(1536, 576)) is None  # not block-scaled, needs a third bf16 piece
+    assert amx_linear.pack(_block_weight(1530, 576)) is None  # not whole 16-column tiles
+    assert amx_linear.pack(_block_weight(1536, 570 + 6)[:, :570]) is None  # not whole 32-wide k tiles
+    assert amx_linear.pack(_block_weight(1536, 576).double()) is None
+    nearly = _block_weight(1536, 576)
+    nearly[100, 200] = torch.nextafter(nearly[100, 200], torch.tensor(1.0))  # one value off its block's grid
+    packed = amx_linear.pack(nearly, max_pieces=3)
+    assert packed is not None and packed.scales is None  # so the whole weight goes to the pieces
+
+
+@needs_amx
+def test_an_input_that_does_not_fit_the_weight_is_refused_by_shape() -> None:
+    packed = amx_linear.pack(_two_piece_weight(576, 576))
+    with pytest.raises(ValueError, match=r"x \(4, 512\) torch.float32 on cpu does not fit a 576x576 fp32 weight"):
+        amx_linear.linear(torch.randn(4, 512), packed)
+
+
+@needs_amx
+@pytest.mark.usefixtures("one_torch_thread")
+def test_the_engine_multiplies_on_amx_on_one_thread_only(monkeypatch: pytest.MonkeyPatch) -> None:
+    weight, x = _block_weight(1536, 576), torch.randn(16, 576)
+    packed = amx_linear.pack(weight)
+    expected = amx_linear.linear(x, packed)
+    monkeypatch.setenv(CPU_KERNELS_ENV, "native")
+    assert torch.equal(cpu_kernels.linear(x, weight), expected)
+    torch.set_num_threads(2)
+    try:
+        two_threads = cpu_kernels.linear(x, weight)
+    finally:
+        torch.set_num_threads(1)
+    assert not torch.equal(two_threads, expected)  # oneDNN's fp32 sum, another rounding
+    torch.testing.assert_close(two_threads, expected, rtol=1e-4, atol=1e-4)
+    monkeypatch.setenv(CPU_KERNELS_ENV, "no-amx")
+    assert not torch.equal(cpu_kernels.linear(x, weight), expected)
+
+
+@needs_amx
+@pytest.mark.usefixtures("one_torch_thread")
+def test_a_weight_changed_in_place_is_packed_again_for_amx(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(CPU_KERNELS_ENV, "native")
+    weight, x = _block_weight(1536, 576), torch.randn(8, 576)
+    before = cpu_kernels.linear(x, weight)
+    with torch.no_grad():
+        weight.mul_(-4.0)  # a power of two: still block-scaled (d and m times -4, the least value now the greatest)
+    after = cpu_kernels.linear(x, weight)
+    assert torch.equal(after, amx_linear.linear(x, amx_linear.pack(weight)))
+    # Scaled by -4 the greatest value becomes the least and each block is found again with other q,
+    # so the sums are not exactly -4 times; a stale packed copy would be off by the whole factor.
+    torch.testing.assert_close(after, before * -4.0, rtol=1e-4, atol=1e-4)
+
+
+def test_without_amx_the_kernel_says_why_and_projections_stay_on_onednn(
+        monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
+    monkeypatch.setattr(native_build, "cpu_flags_line", lambda: "flags\t\t: fpu sse2 avx2 avx512f")
+    amx_linear.library.cache_clear()
+    try:
+        with caplog.at_level(logging.INFO, logger="scheduler_core.amx_linear"):
+            assert amx_linear.library() is None
+            assert amx_linear.pack(_two_piece_weight(1536, 576)) is None
+        assert "this CPU has no AMX bf16 tiles" in caplog.text
+        weight, x = _two_piece_weight(1536, 576), torch.randn(8, 576)
+        torch.testing.assert_close(cpu_kernels.linear(x, weight), F.linear(x, weight), rtol=1e-4, atol=1e-3)
+    finally:
+        amx_linear.library.cache_clear()
