@@ -257,13 +257,45 @@ int parallax_amx_pack_blocks(const float *w, int64_t n, int64_t k, int8_t *q_out
     return 1;
 }
 
-/* `count` int8 values (one k block of a chunk's tiles) widened to bf16 into `tiles`, exactly; the
- * next ones (the next k block's, or the next chunk's) are asked for from memory meanwhile. */
-static void widen(const int8_t *q, int64_t count, uint16_t *tiles) {
+/* Weights whose q all lie in 0..15 (Q4_1's) are kept at 4 bits: each 64 values of the int8 layout
+ * as 32 bytes, byte j holding value j in its low half and value 32 + j in its high half. Returns 1
+ * with `out` (count / 2 bytes) written, or 0 where some q is outside 0..15. */
+int parallax_amx_narrow(const int8_t *q, int64_t count, uint8_t *out) {
+    for (int64_t i = 0; i < count; i++)
+        if (q[i] < 0 || q[i] > 15) return 0;
+    for (int64_t group = 0; group < count; group += 64)
+        for (int j = 0; j < 32; j++)
+            out[group / 2 + j] = (uint8_t)(q[group + j] | (q[group + 32 + j] << 4));
+    return 1;
+}
+
+/* `count` values (one k block of a chunk's tiles) widened to bf16 into `tiles`, exactly; the next
+ * ones (the next k block's, or the next chunk's) are asked for from memory meanwhile. 8 bits:
+ * int8 converted through fp32; 4 bits: each half byte looked up in a table of the bf16 values
+ * 0..15, twice the values per instruction. */
+static void widen(const uint8_t *q, int64_t count, int bits, uint16_t *tiles) {
+    if (bits == 4) {
+        const int64_t bytes = count / 2;
+        /* bf16 of 0..15 (1.0 = 0x3f80); the table's upper 16 entries are never indexed. */
+        static const uint16_t bf16_of[32] __attribute__((aligned(64))) = {
+            0x0000, 0x3f80, 0x4000, 0x4040, 0x4080, 0x40a0, 0x40c0, 0x40e0,
+            0x4100, 0x4110, 0x4120, 0x4130, 0x4140, 0x4150, 0x4160, 0x4170};
+        const __m512i table = _mm512_load_si512((const void *)bf16_of);
+        const __m512i low_nibble = _mm512_set1_epi16(0x0f);
+        for (int64_t i = 0; i < bytes; i += 32) {
+            _mm_prefetch((const char *)(q + bytes + i), _MM_HINT_T0);
+            const __m512i words = _mm512_cvtepu8_epi16(_mm256_loadu_si256((const __m256i *)(q + i)));
+            const __m512i low = _mm512_and_si512(words, low_nibble), high = _mm512_srli_epi16(words, 4);
+            _mm512_store_si512((__m512i *)(tiles + 2 * i), _mm512_permutexvar_epi16(low, table));
+            _mm512_store_si512((__m512i *)(tiles + 2 * i + 32), _mm512_permutexvar_epi16(high, table));
+        }
+        return;
+    }
+    const int8_t *signed_q = (const int8_t *)q;
     for (int64_t i = 0; i < count; i += 32) {
-        _mm_prefetch((const char *)(q + count + i), _MM_HINT_T0);
-        const __m512 lo = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)(q + i))));
-        const __m512 hi = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)(q + i + 16))));
+        _mm_prefetch((const char *)(signed_q + count + i), _MM_HINT_T0);
+        const __m512 lo = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)(signed_q + i))));
+        const __m512 hi = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)(signed_q + i + 16))));
         _mm512_store_si512((__m512i *)(tiles + i), (__m512i)_mm512_cvtne2ps_pbh(hi, lo));
     }
 }
@@ -292,7 +324,8 @@ static inline void scale_block(const float *partial, const float *scales, const 
     }
 }
 
-/* out [m, n] = x [m, k] . w^T for a weight packed by parallax_amx_pack_blocks; scratch holds
+/* out [m, n] = x [m, k] . w^T for a weight packed by parallax_amx_pack_blocks (bits = 8), or that
+ * and narrowed by parallax_amx_narrow (bits = 4); scratch holds
  * 3 * ceil(m / 16) * 16 * k bf16, sums ceil(m / 16) * 16 * k / 32 fp32 (x's pieces and its block
  * sums) and tiles CHUNK_BLOCKS * 512 bf16, 64-byte aligned (one k block of a chunk widened).
  * Call parallax_amx_init first.
@@ -301,7 +334,7 @@ static inline void scale_block(const float *partial, const float *scales, const 
  * while the chunk's column blocks stream past, so consecutive tile products share their x tiles and, alternating between out
  * tiles 0 and 1, one column block's scaling (vector work) runs beside the next one's products;
  * out collects the blocks' sums in fp32. */
-void parallax_amx_linear_blocks(const float *x, int64_t m, int64_t k, const int8_t *q, const float *scales,
+void parallax_amx_linear_blocks(const float *x, int64_t m, int64_t k, const uint8_t *q, int bits, const float *scales,
                                 int64_t n, float *out, uint16_t *scratch, float *sums, uint16_t *tiles) {
     const int64_t k_blocks = k / TILE_K, n_blocks = n / TILE_COLS;
     const int64_t m_padded = (m + TILE_ROWS - 1) / TILE_ROWS * TILE_ROWS;
@@ -321,12 +354,12 @@ void parallax_amx_linear_blocks(const float *x, int64_t m, int64_t k, const int8
             sums[kb * m_padded + r] = total;
         }
     configure();
-    const int8_t *chunk_q = q;
+    const uint8_t *chunk_q = q;
     const float *chunk_scales = scales;
     for (int64_t chunk = 0; chunk < n_blocks; chunk += CHUNK_BLOCKS) {
         const int64_t blocks = chunk + CHUNK_BLOCKS < n_blocks ? CHUNK_BLOCKS : n_blocks - chunk;
         for (int64_t kb = 0; kb < k_blocks; kb++) {
-            widen(chunk_q + kb * blocks * TILE_ELEMENTS, blocks * TILE_ELEMENTS, tiles);
+            widen(chunk_q + kb * blocks * TILE_ELEMENTS * bits / 8, blocks * TILE_ELEMENTS, bits, tiles);
             const float *k_scales = chunk_scales + kb * blocks * 2 * TILE_COLS;
             for (int64_t m0 = 0; m0 < m; m0 += TILE_ROWS) {
                 const int rows = m - m0 < TILE_ROWS ? (int)(m - m0) : TILE_ROWS;
@@ -349,7 +382,7 @@ void parallax_amx_linear_blocks(const float *x, int64_t m, int64_t k, const int8
                                 out_rows + (blocks - 1) * TILE_COLS, n);
             }
         }
-        chunk_q += k_blocks * blocks * TILE_ELEMENTS;
+        chunk_q += k_blocks * blocks * TILE_ELEMENTS * bits / 8;
         chunk_scales += k_blocks * blocks * 2 * TILE_COLS;
     }
     _tile_release();

@@ -40,13 +40,14 @@ CHUNK_BLOCKS = 32  # amx_linear.c's
 @dataclass(frozen=True)
 class PackedWeight:
     """A weight (out_features x in_features) in the kernel's tile layout: either ``pieces`` bf16
-    pieces of each value, or (``scales`` set) block-scaled, one bf16 integer per value in ``data``
-    and each block's scale and offset in ``scales``."""
+    pieces of each value, or (``scales`` set) block-scaled, one integer of ``bits`` (8, or 4 where
+    every one lies in 0..15) per value in ``data`` and each block's scale and offset in ``scales``."""
     data: torch.Tensor
     pieces: int
     out_features: int
     in_features: int
     scales: torch.Tensor | None = None
+    bits: int = 16
 
 
 def cpu_has_amx() -> bool:
@@ -70,8 +71,10 @@ def load(path: Path) -> ctypes.CDLL:
     library.parallax_amx_linear.restype = None
     library.parallax_amx_pack_blocks.argtypes = [pointer, size, size, pointer, pointer]
     library.parallax_amx_pack_blocks.restype = ctypes.c_int
-    library.parallax_amx_linear_blocks.argtypes = [pointer, size, size, pointer, pointer, size, pointer, pointer,
-                                                   pointer, pointer]
+    library.parallax_amx_narrow.argtypes = [pointer, size, pointer]
+    library.parallax_amx_narrow.restype = ctypes.c_int
+    library.parallax_amx_linear_blocks.argtypes = [pointer, size, size, pointer, ctypes.c_int, pointer, size, pointer,
+                                                   pointer, pointer, pointer]
     library.parallax_amx_linear_blocks.restype = None
     return library
 
@@ -132,7 +135,10 @@ def _pack_blocks(lib: ctypes.CDLL, weight: torch.Tensor) -> PackedWeight | None:
     if not lib.parallax_amx_pack_blocks(weight.data_ptr(), out_features, in_features, data.data_ptr(),
                                         scales.data_ptr()):
         return None
-    return PackedWeight(data, 1, out_features, in_features, scales)
+    narrow = torch.empty(data.numel() // 2, dtype=torch.uint8)
+    if lib.parallax_amx_narrow(data.data_ptr(), data.numel(), narrow.data_ptr()):
+        return PackedWeight(narrow, 1, out_features, in_features, scales, bits=4)
+    return PackedWeight(data, 1, out_features, in_features, scales, bits=8)
 
 
 def _aligned(count: int) -> torch.Tensor:
@@ -162,6 +168,6 @@ def linear(x: torch.Tensor, packed: PackedWeight) -> torch.Tensor:
             sums = torch.empty(padded * (packed.in_features // TILE_K), dtype=torch.float32)
             widened = _aligned(CHUNK_BLOCKS * TILE_K * TILE_COLS)  # held here: the kernel writes to it
             lib.parallax_amx_linear_blocks(rows.data_ptr(), m, packed.in_features, packed.data.data_ptr(),
-                                           packed.scales.data_ptr(), packed.out_features, out.data_ptr(),
+                                           packed.bits, packed.scales.data_ptr(), packed.out_features, out.data_ptr(),
                                            scratch.data_ptr(), sums.data_ptr(), widened.data_ptr())
     return out.view(*x.shape[:-1], packed.out_features)

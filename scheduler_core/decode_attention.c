@@ -23,7 +23,7 @@
  * Plain code the compiler vectorises; libm's expf would be one call per score. */
 static inline float exp_nonpositive(float x) {
     x = x < -87.0f ? -87.0f : x;
-    const float n = __builtin_roundf(x * 1.44269504088896341f);
+    const float n = __builtin_rintf(x * 1.44269504088896341f);  /* ties to even: vectorises, unlike roundf */
     const float r = x - n * 0.693359375f + n * 2.12194440e-4f;
     float p = 1.9875691500e-4f;
     p = p * r + 1.3981999507e-3f;
