@@ -4,8 +4,9 @@ Tokens of all requests in a batch are flattened into one ragged row list; attent
 request's KV slots into a padded [batch, kv_len] view and masks the padding.
 
 On the plain CPU in fp32 the projections and the LM head multiply with oneDNN-prepacked copies of
-their weights (`scheduler_core.cpu_kernels`), and on one thread decode attention reads the paged
-cache in place (`scheduler_core.decode_attention`) instead of gathering it. Under a
+their weights, or on one thread of a CPU with AMX on its tiles (`scheduler_core.cpu_kernels`), and
+on one thread decode attention reads the paged cache in place (`scheduler_core.decode_attention`)
+instead of gathering it. Under a
 ``TorchDispatchMode`` (the GPU simulator times and race-checks every aten op, and neither kernel is
 one) and with ``PARALLAX_CPU_KERNELS=aten`` the forward runs the plain aten ops.
 """
