@@ -4,6 +4,7 @@ weights it refuses; and the engine's choice of it (one thread, "native", a weigh
 from __future__ import annotations
 
 import logging
+import os
 
 import pytest
 import torch
@@ -181,3 +182,17 @@ def test_without_amx_the_kernel_says_why_and_projections_stay_on_onednn(
         torch.testing.assert_close(cpu_kernels.linear(x, weight), F.linear(x, weight), rtol=1e-4, atol=1e-3)
     finally:
         amx_linear.library.cache_clear()
+
+
+@needs_amx
+def test_a_forked_process_multiplies_on_the_tile_state_it_inherits() -> None:
+    # Runners fork each job from one interpreter (docs/runner.md): Linux's grant of the AMX tile state
+    # must carry over, or the child's first tile instruction would kill it.
+    weight, x = _block_weight(576, 576), torch.randn(4, 576)
+    packed = amx_linear.pack(weight)
+    expected = amx_linear.linear(x, packed)
+    child = os.fork()
+    if child == 0:  # pragma: no cover (the child's result is its exit status)
+        os._exit(0 if torch.equal(amx_linear.linear(x, packed), expected) else 3)
+    _, status = os.waitpid(child, 0)
+    assert os.waitstatus_to_exitcode(status) == 0
