@@ -5,16 +5,18 @@
  * |v3| <= 2^-18 |v|), which holds v exactly for every normal fp32 value. The product x w is then
  * the sum of the nine piece products; the kernel keeps those at least 2^-18 of the whole
  * (x1w1, x2w1, x1w2, x2w2, x3w1, x1w3) and drops the three at 2^-27 or below, under fp32's own
- * rounding of 2^-24. A weight whose third pieces are all zero (it fits in 16 significand bits, as
- * many quantised checkpoints do) needs five products. Each bf16 product is exact in fp32 and the
- * tile instruction accumulates in fp32, so the result differs from an fp32 matmul's by rounding in
- * another summation order, as oneDNN's differs from MKL's.
+ * rounding of 2^-24. A weight whose third pieces are all zero (it fits in 16 significand bits)
+ * needs five products (parallax_amx_linear). A block-scaled weight, d * q + m per 32 values with
+ * integer q (a quantised checkpoint, dequantised), needs three: x's pieces times q, which one bf16
+ * holds exactly, with d and m applied per block in fp32 (parallax_amx_linear_blocks, below). Each
+ * bf16 product is exact in fp32 and the tile instruction accumulates in fp32, so the result
+ * differs from an fp32 matmul's by rounding in another summation order, as oneDNN's differs from
+ * MKL's.
  *
  * Written by hand because no library installable here multiplies bf16 operands into an fp32
  * result on the CPU through torch (oneDNN's bf16 inner product returns bf16, and its fp32 "bf16
  * math" mode rounds each operand to one bf16), and the AMX unit does a bf16 product many times
- * faster than AVX-512 does an fp32 one: six of them still cost less than one fp32 FMA, and the
- * weight's two or three bf16 pieces are read from memory in about the time its fp32 copy was.
+ * faster than AVX-512 does an fp32 one: five of them still cost less than one fp32 FMA.
  * Single-threaded: the engine uses it on one torch thread (see amx_linear.py).
  */
 #include <immintrin.h>

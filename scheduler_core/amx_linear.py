@@ -1,19 +1,27 @@
 """fp32 projections on the CPU's AMX tiles, kept to fp32 accuracy: ``amx_linear.c`` multiplies
-bf16 pieces of each operand (two or three per value, which hold it exactly) and adds the products
-that matter in fp32. On a decode batch of a few dozen rows an fp32 matmul on AVX-512 is bound by
-its FMAs; the tiles do those products several times faster, so the step becomes bound by reading
-the weights instead (docs/engine.md has the measurements).
+bf16 pieces of the activations (three per value, which hold it exactly) by the weight and adds the
+products that matter in fp32. On a decode batch of a few dozen rows an fp32 matmul on AVX-512 is
+bound by its FMAs; the tiles do those products several times faster (docs/engine.md has the
+measurements).
+
+Two layouts of a weight, tried in this order (`pack`):
+- block-scaled: every 32 values of a row are d * q + m exactly, q integers of at most 7 bits, as a
+  quantised checkpoint (GGUF's Q4_1, Q8_0) dequantises; q is kept at 4 bits where every one lies in
+  0..15, else 8, with d and m in fp32 per block: 0.75 or 1.25 bytes per value against fp32's 4;
+- two bf16 pieces per value (a bf16 checkpoint, or values of at most 16 significant bits), 4 bytes
+  per value. A weight needing three pieces would be read as 6 bytes per value, which costs more
+  than it saves, so it stays on oneDNN.
 
 The kernel is used only where it pays and is exact enough:
-- the CPU has AMX with bf16 (``amx_bf16`` in /proc/cpuinfo) and Linux grants the tile state;
-- the weight is fp32 and fits in two bf16 pieces (its third pieces are all zero, as the GGUF's
-  quantised projections do; a weight needing three is read from memory as 6 bytes per value
-  against fp32's 4, so it stays on oneDNN);
-- its shape is whole tiles (``out_features % 16 == 0``, ``in_features % 32 == 0``);
+- the CPU has AMX with bf16 (``amx_tile``, ``amx_bf16`` and ``avx512_bf16`` in /proc/cpuinfo) and
+  Linux grants the tile state;
+- the weight is fp32, in one of the layouts above, and of whole tiles (``out_features % 16 == 0``,
+  ``in_features % 32 == 0``);
 - torch runs on one thread (the kernel is single-threaded; with more, oneDNN shares the work).
 
-Built like `scheduler_core.decode_attention` (`scheduler_core.native_build`); where it cannot be
-built or the CPU has no AMX, the projections stay on oneDNN and the reason is logged once.
+Built like `scheduler_core.decode_attention` (`scheduler_core.native_build`); where the CPU has no
+AMX the projections stay on oneDNN (logged once at INFO), and where it has AMX but the kernel cannot
+be built or enabled, with a warning that says why.
 """
 from __future__ import annotations
 

@@ -6,7 +6,8 @@ A decode batch of a few dozen rows streams every weight from memory once per ste
 CPU ``F.linear`` (MKL) repacks its weight operand on every call; oneDNN's prepacked layout is made
 once per weight and reused (docs/engine.md has the measurements). torch ships oneDNN, so this is a
 choice of kernel, not a new dependency. On one torch thread, a weight that `amx_linear` takes (the
-CPU has AMX, the weight fits its bf16 pieces) goes there instead. ``PARALLAX_CPU_KERNELS=aten``
+CPU has AMX; the weight is block-scaled, as a quantised checkpoint dequantises, or two bf16 pieces)
+goes there instead. ``PARALLAX_CPU_KERNELS=aten``
 turns every kernel off.
 
 The model calls `linear` on the plain CPU; the GPU simulator, which sees ``aten.linear`` under its
