@@ -52,6 +52,8 @@ def main() -> None:
     parser.add_argument("--rows", type=int, nargs="+", default=[13, 256],
                         help="rows of x: 13 is the mean decode batch of bench/engine_vs_transformers.py")
     args = parser.parse_args()
+    if min(args.rows) < 1:
+        parser.error(f"--rows must be at least 1, got {min(args.rows)}")
     if amx_linear.library() is None:
         raise SystemExit("this machine cannot run the AMX kernel (no AMX bf16 tiles, or it did not build): "
                          "see the log line above")

@@ -105,6 +105,7 @@ def library() -> ctypes.CDLL | None:
             lib = load(native_build.build(SOURCE, FLAGS))
         if lib.parallax_amx_init() != 0:
             raise KernelUnavailable("Linux refused the AMX tile state (arch_prctl ARCH_REQ_XCOMP_PERM)")
+        log.info("fp32 projections on AMX tiles where a weight fits (%s)", path.name)
         return lib
     except KernelUnavailable as e:
         log.warning("fp32 projections stay on oneDNN, not AMX: %s", e)
