@@ -56,12 +56,14 @@ static inline float bf16_bits_to_float(uint16_t h) {
 }
 
 /* The nearest bf16 to v (ties to even). Infinities and NaNs keep their top half, so the pieces
- * after them are zero (see split). */
+ * after them are zero (see split); so does a finite value so large that rounding up would make
+ * it infinite (its two lower pieces then hold the rest, as for any other value). */
 static inline uint16_t bf16_nearest(float v) {
     uint32_t u;
     memcpy(&u, &v, sizeof u);
     if ((u & 0x7f800000u) == 0x7f800000u) return (uint16_t)(u >> 16);
-    return (uint16_t)((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
+    const uint16_t rounded = (uint16_t)((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
+    return (rounded & 0x7f80u) == 0x7f80u ? (uint16_t)(u >> 16) : rounded;
 }
 
 static inline void split(float v, uint16_t *p1, uint16_t *p2, uint16_t *p3) {

@@ -196,3 +196,16 @@ def test_a_forked_process_multiplies_on_the_tile_state_it_inherits() -> None:
         os._exit(0 if torch.equal(amx_linear.linear(x, packed), expected) else 3)
     _, status = os.waitpid(child, 0)
     assert os.waitstatus_to_exitcode(status) == 0
+
+
+@needs_amx
+def test_a_value_near_the_largest_fp32_is_split_without_overflowing() -> None:
+    # Two-piece weights only: block-scaled ones add q * x before scaling by d, which overflows for
+    # |x| beyond about 8e34 (FLT_MAX / (127 * 32)), far above any model's activations (docs/engine.md).
+    weight = _two_piece_weight(576, 576)
+    x = torch.randn(2, 576) * 1e-3
+    x[0, 3] = 3.3e38  # rounded up to a bf16 it would be infinite
+    result = amx_linear.linear(x, amx_linear.pack(weight))
+    exact = x.double() @ weight.double().T
+    assert result.isfinite().all()
+    torch.testing.assert_close(result.double(), exact, rtol=1e-5, atol=1e-5)
