@@ -204,7 +204,7 @@ def test_a_value_near_the_largest_fp32_is_split_without_overflowing() -> None:
     # |x| beyond about 8e34 (FLT_MAX / (127 * 32)), far above any model's activations (docs/engine.md).
     weight = _two_piece_weight(576, 576)
     x = torch.randn(2, 576) * 1e-3
-    x[0, 3] = 3.3e38  # rounded up to a bf16 it would be infinite
+    x[0, 3] = 3.4e38  # above the largest bf16 (3.39e38): rounded to the nearest bf16 it would be infinite
     result = amx_linear.linear(x, amx_linear.pack(weight))
     exact = x.double() @ weight.double().T
     assert result.isfinite().all()
