@@ -63,11 +63,7 @@ def cpu_has_amx() -> bool:
     return platform.machine() == "x86_64" and {"amx_tile", "amx_bf16", "avx512_bf16"} <= set(flags)
 
 
-def load(path: Path) -> ctypes.CDLL:
-    try:
-        library = ctypes.CDLL(str(path))
-    except OSError as e:
-        raise KernelUnavailable(f"cannot load {path}: {e}") from e
+def _declare(library: ctypes.CDLL) -> None:
     pointer, size = ctypes.c_void_p, ctypes.c_int64
     library.parallax_amx_init.argtypes = []
     library.parallax_amx_init.restype = ctypes.c_int
@@ -84,7 +80,6 @@ def load(path: Path) -> ctypes.CDLL:
     library.parallax_amx_linear_blocks.argtypes = [pointer, size, size, pointer, ctypes.c_int, pointer, size, pointer,
                                                    pointer, pointer, pointer]
     library.parallax_amx_linear_blocks.restype = None
-    return library
 
 
 @functools.cache
@@ -96,16 +91,10 @@ def library() -> ctypes.CDLL | None:
                  "(amx_tile, amx_bf16, avx512_bf16 in /proc/cpuinfo)")
         return None
     try:
-        path = native_build.build(SOURCE, FLAGS)
-        try:
-            lib = load(path)
-        except KernelUnavailable as e:  # a damaged file in the cache: build it again
-            log.warning("%s; building it again", e)
-            path.unlink(missing_ok=True)
-            lib = load(native_build.build(SOURCE, FLAGS))
+        lib = native_build.build_and_load(SOURCE, FLAGS, _declare)
         if lib.parallax_amx_init() != 0:
             raise KernelUnavailable("Linux refused the AMX tile state (arch_prctl ARCH_REQ_XCOMP_PERM)")
-        log.info("fp32 projections on AMX tiles where a weight fits (%s)", path.name)
+        log.info("fp32 projections on AMX tiles where a weight fits (%s)", Path(lib._name).name)
         return lib
     except KernelUnavailable as e:
         log.warning("fp32 projections stay on oneDNN, not AMX: %s", e)

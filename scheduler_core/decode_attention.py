@@ -43,28 +43,17 @@ def build(compiler: str | None = None, directory: Path | None = None) -> Path:
     return native_build.build(SOURCE, FLAGS, compiler, directory)
 
 
-def load(path: Path) -> ctypes.CDLL:
-    try:
-        library = ctypes.CDLL(str(path))
-    except OSError as e:
-        raise KernelUnavailable(f"cannot load {path}: {e}") from e
+def _declare(library: ctypes.CDLL) -> None:
     function = library.parallax_decode_attention
     function.argtypes = [ctypes.c_void_p] * 6 + [ctypes.c_int64] * 5 + [ctypes.c_float]
     function.restype = ctypes.c_int
-    return library
 
 
 @functools.cache
 def library() -> ctypes.CDLL | None:
     """The loaded kernel, built on first use; None (logged once, with the reason) where it cannot be."""
     try:
-        path = build()
-        try:
-            return load(path)
-        except KernelUnavailable as e:  # a damaged file in the cache (a full disk, a crash): build it again
-            log.warning("%s; building it again", e)
-            path.unlink(missing_ok=True)
-            return load(build())
+        return native_build.build_and_load(SOURCE, FLAGS, _declare)
     except KernelUnavailable as e:
         log.warning("decode attention stays on torch's scaled_dot_product_attention: %s", e)
         return None

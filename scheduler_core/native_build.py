@@ -9,13 +9,18 @@ source, flags and fallback.
 """
 from __future__ import annotations
 
+import ctypes
 import hashlib
+import logging
 import os
 import platform
 import shutil
 import subprocess
 import tempfile
 from pathlib import Path
+from typing import Callable
+
+log = logging.getLogger(__name__)
 
 CACHE_ENV = "PARALLAX_KERNEL_CACHE"
 
@@ -83,3 +88,26 @@ def build(source_path: Path, flags: tuple[str, ...], compiler: str | None = None
         if os.path.exists(partial):
             os.unlink(partial)
     return target
+
+
+def load(path: Path, declare: Callable[[ctypes.CDLL], None]) -> ctypes.CDLL:
+    """The library at ``path``, its functions typed by ``declare``; `KernelUnavailable` if it cannot
+    be loaded."""
+    try:
+        library = ctypes.CDLL(str(path))
+    except OSError as e:
+        raise KernelUnavailable(f"cannot load {path}: {e}") from e
+    declare(library)
+    return library
+
+
+def build_and_load(source_path: Path, flags: tuple[str, ...], declare: Callable[[ctypes.CDLL], None]) -> ctypes.CDLL:
+    """`build`, then `load`; a cached file that does not load (a full disk, a crash) is built again,
+    once. Raises `KernelUnavailable` naming what went wrong."""
+    path = build(source_path, flags)
+    try:
+        return load(path, declare)
+    except KernelUnavailable as e:
+        log.warning("%s; building it again", e)
+        path.unlink(missing_ok=True)
+        return load(build(source_path, flags), declare)
