@@ -76,6 +76,22 @@ static inline void split(float v, uint16_t *p1, uint16_t *p2, uint16_t *p3) {
     *p3 = r2 == r2 ? bf16_nearest(r2) : 0;
 }
 
+/* x [m, k] into its three pieces x1, x2, x3 (each m_padded rows of k bf16), the rows after m zero. */
+static void split_rows(const float *x, int64_t m, int64_t k, int64_t m_padded, uint16_t *x1, uint16_t *x2,
+                       uint16_t *x3) {
+    for (int64_t i = 0; i < m * k; i++) split(x[i], &x1[i], &x2[i], &x3[i]);
+    const int64_t padding = (m_padded - m) * k * (int64_t)sizeof(uint16_t);
+    memset(x1 + m * k, 0, padding);
+    memset(x2 + m * k, 0, padding);
+    memset(x3 + m * k, 0, padding);
+}
+
+/* Where value (k, column c) of a 32 x 16 block lies in its tile: AMX's layout for the second
+ * operand, pairs of k side by side in each column. */
+static inline int64_t tile_index(int kk, int c) {
+    return (kk / 2) * (TILE_COLS * 2) + c * 2 + (kk % 2);
+}
+
 /* 2 where every weight is its first two bf16 pieces exactly, else 3. */
 int parallax_amx_weight_pieces(const float *w, int64_t count) {
     for (int64_t i = 0; i < count; i++) {
@@ -87,9 +103,8 @@ int parallax_amx_weight_pieces(const float *w, int64_t count) {
 }
 
 /* w [n, k] (n % 16 == 0, k % 32 == 0) into out: for each block of 16 columns, for each block of
- * 32 k, `pieces` tiles (the first pieces, then the second, ...) of TILE_ELEMENTS bf16, element
- * (k pair p, column c, half i) = piece of w[column block + c, k block + 2p + i]. A weight read in
- * this order streams from memory front to back. */
+ * 32 k, `pieces` tiles (the first pieces, then the second, ...) of TILE_ELEMENTS bf16 in
+ * tile_index order. A weight read in this order streams from memory front to back. */
 void parallax_amx_pack_weight(const float *w, int64_t n, int64_t k, int pieces, uint16_t *out) {
     const int64_t k_blocks = k / TILE_K;
     for (int64_t nb = 0; nb < n / TILE_COLS; nb++) {
@@ -100,8 +115,7 @@ void parallax_amx_pack_weight(const float *w, int64_t n, int64_t k, int pieces, 
                 for (int kk = 0; kk < TILE_K; kk++) {
                     uint16_t p[3];
                     split(row[kk], &p[0], &p[1], &p[2]);
-                    const int64_t at = (kk / 2) * (TILE_COLS * 2) + c * 2 + (kk % 2);
-                    for (int piece = 0; piece < pieces; piece++) tiles[piece * TILE_ELEMENTS + at] = p[piece];
+                    for (int piece = 0; piece < pieces; piece++) tiles[piece * TILE_ELEMENTS + tile_index(kk, c)] = p[piece];
                 }
             }
         }
@@ -160,11 +174,7 @@ void parallax_amx_linear(const float *x, int64_t m, int64_t k, const uint16_t *p
     const int64_t block_stride = k_blocks * pieces * TILE_ELEMENTS;  /* bf16 per column block */
     uint16_t *x1 = scratch, *x2 = scratch + m_padded * k, *x3 = scratch + 2 * m_padded * k;
     float partial[TILE_ROWS * TILE_COLS] __attribute__((aligned(64)));
-    for (int64_t i = 0; i < m * k; i++) split(x[i], &x1[i], &x2[i], &x3[i]);
-    const int64_t padding = (m_padded - m) * k * (int64_t)sizeof(uint16_t);
-    memset(x1 + m * k, 0, padding);
-    memset(x2 + m * k, 0, padding);
-    memset(x3 + m * k, 0, padding);
+    split_rows(x, m, k, m_padded, x1, x2, x3);
     configure();
     for (int64_t nb = 0; nb < n_blocks; nb += 2) {
         const int pair = nb + 1 < n_blocks;
@@ -195,8 +205,9 @@ void parallax_amx_linear(const float *x, int64_t m, int64_t k, const uint16_t *p
  * weight sum_k w_k x_k = sum_blocks (d * sum_k q_k x_k + m * sum_k x_k): the tiles multiply x's
  * three bf16 pieces by q (a bf16 holds every integer up to 256 exactly), one k-tile being one
  * block, and the scale and offset are applied in fp32 after each. The weight is kept as one int8
- * per value plus a scale and an offset per block (1.25 bytes per value against fp32's 4), widened
- * to bf16 tiles in the cache as it is used, and each block takes three tile products, not five. */
+ * per value, or 4 bits where every q lies in 0..15 (parallax_amx_narrow), plus a scale and an
+ * offset per block (1.25 or 0.75 bytes per value against fp32's 4), widened to bf16 tiles in the
+ * cache as it is used, and each block takes three tile products, not five. */
 
 /* Finds d, m and integers q (|q| <= 127) with w = d * q + m exactly (checked in double, where
  * every such product and sum is exact) for one block of 32: offset blocks (m the least value,
@@ -236,8 +247,8 @@ static int block_scale(const float *w, float *d_out, float *m_out, int8_t *q) {
 
 /* w [n, k] (n % 16 == 0, k % 32 == 0) into q (n * k int8) and scales (n * k / 16 fp32), both in
  * the order the kernel reads them: for each chunk of CHUNK_BLOCKS 16-column blocks, for each k
- * block, for each column block of the chunk, one int8 tile laid out as parallax_amx_pack_weight's
- * (k pair, column, half), and its 16 d then 16 m. Returns 1, or 0 (nothing usable written) where
+ * block, for each column block of the chunk, one int8 tile in tile_index order, and its 16 d then
+ * 16 m. Returns 1, or 0 (nothing usable written) where
  * some block has no exact d, m, q. */
 int parallax_amx_pack_blocks(const float *w, int64_t n, int64_t k, int8_t *q_out, float *scales) {
     const int64_t k_blocks = k / TILE_K, n_blocks = n / TILE_COLS;
@@ -253,7 +264,7 @@ int parallax_amx_pack_blocks(const float *w, int64_t n, int64_t k, int8_t *q_out
                     if (!block_scale(w + (nb * TILE_COLS + c) * k + kb * TILE_K, &block_scales[c],
                                      &block_scales[TILE_COLS + c], q))
                         return 0;
-                    for (int kk = 0; kk < TILE_K; kk++) tile[(kk / 2) * (TILE_COLS * 2) + c * 2 + (kk % 2)] = q[kk];
+                    for (int kk = 0; kk < TILE_K; kk++) tile[tile_index(kk, c)] = q[kk];
                 }
             }
         }
@@ -344,11 +355,7 @@ void parallax_amx_linear_blocks(const float *x, int64_t m, int64_t k, const uint
     const int64_t m_padded = (m + TILE_ROWS - 1) / TILE_ROWS * TILE_ROWS;
     uint16_t *x1 = scratch, *x2 = scratch + m_padded * k, *x3 = scratch + 2 * m_padded * k;
     float partial[2][TILE_ROWS * TILE_COLS] __attribute__((aligned(64)));
-    for (int64_t i = 0; i < m * k; i++) split(x[i], &x1[i], &x2[i], &x3[i]);
-    const int64_t padding = (m_padded - m) * k * (int64_t)sizeof(uint16_t);
-    memset(x1 + m * k, 0, padding);
-    memset(x2 + m * k, 0, padding);
-    memset(x3 + m * k, 0, padding);
+    split_rows(x, m, k, m_padded, x1, x2, x3);
     /* sums[kb * m_padded + r]: block kb of row r, each row's 32 values added in order. */
     for (int64_t r = 0; r < m_padded; r++)
         for (int64_t kb = 0; kb < k_blocks; kb++) {
