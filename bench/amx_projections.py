@@ -16,7 +16,6 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-import time
 from pathlib import Path
 from typing import Callable
 
@@ -25,7 +24,7 @@ import torch
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from bench.roofline import best_of  # noqa: E402
+from bench.prepack_crossover import per_call_us as pass_us  # noqa: E402
 from scheduler_core import amx_linear  # noqa: E402
 from scheduler_core.jobs.results import current_commit  # noqa: E402
 from scheduler_core.model.loader import load_model  # noqa: E402
@@ -35,12 +34,12 @@ PROJECTIONS = {"qkv": "self_attn.qkv_proj", "o": "self_attn.o_proj", "gate_up": 
 
 
 def per_call_us(calls: list[Callable[[], object]]) -> float:
-    """Process time per call of the best of 5 passes over ``calls``."""
+    """Process time per call of the best of 5 passes over ``calls`` (prepack_crossover's timing,
+    one pass a call)."""
     def run() -> None:
         for call in calls:
             call()
-    run()
-    return best_of(5, run, clock=time.process_time) / len(calls) * 1e6
+    return pass_us(run, 1) / len(calls)
 
 
 def rms_error(result: torch.Tensor, exact: torch.Tensor) -> float:
