@@ -26,7 +26,7 @@ from pathlib import Path
 import torch
 
 from scheduler_core import native_build
-from scheduler_core.native_build import CACHE_ENV, KernelUnavailable, cache_dir  # noqa: F401  (re-exported)
+from scheduler_core.native_build import KernelUnavailable
 
 log = logging.getLogger(__name__)
 

@@ -11,7 +11,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from scheduler_core import decode_attention
+from scheduler_core import decode_attention, native_build
 from scheduler_core.cpu_kernels import CPU_KERNELS_ENV
 from scheduler_core.decode_attention import KernelUnavailable, build
 from scheduler_core.model.loader import load_model
@@ -24,7 +24,7 @@ pytestmark = pytest.mark.usefixtures("one_torch_thread")
 @pytest.fixture
 def rebuilt(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Iterator[Path]:
     """An empty kernel cache and a fresh `library()`; the cached library is restored afterwards."""
-    monkeypatch.setenv(decode_attention.CACHE_ENV, str(tmp_path))
+    monkeypatch.setenv(native_build.CACHE_ENV, str(tmp_path))
     decode_attention.library.cache_clear()
     yield tmp_path
     decode_attention.library.cache_clear()
