@@ -1,5 +1,7 @@
 """Where the simulator's overhead goes: the cost of one aten op (plain, under a do-nothing
-TorchDispatchMode, inside a simulator host step on host memory and on device memory), and on the
+TorchDispatchMode, inside a simulator host step on host memory and on device memory; on device
+memory also with the step entered 60 frames deep, its access stacks cut at the frame that entered
+the step as the simulator does and walked to the root as it did before), and on the
 reference workload the process CPU time of the CPU engine, of the simulator with a do-nothing
 recorder (the dispatch floor) and of the simulator, with the garbage collector's share.
 
@@ -20,6 +22,8 @@ from torch.utils._python_dispatch import TorchDispatchMode
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
+from scheduler_core.cpu_kernels import linear  # noqa: E402
+from scheduler_core.decode_attention import gathered_decode_attention  # noqa: E402
 from scheduler_core.engine import Engine  # noqa: E402
 from scheduler_core.platform import DEFAULT_POLICIES, Platform  # noqa: E402
 from scheduler_core.sampling import SamplingParams  # noqa: E402
@@ -29,7 +33,9 @@ from scheduler_core.sim.profile import load_profile  # noqa: E402
 
 
 class _Bare(TorchDispatchMode):
-    """Runs each op and nothing else: the price of the Python dispatch itself."""
+    """Runs each op and nothing else: the price of the Python dispatch itself. Projections and decode
+    attention go to the plain run's kernels, as the simulator sends them (torch's own fp32 linear
+    is several times slower than the AMX one, which would hide the dispatch cost)."""
 
     def __init__(self, device: Any = None) -> None:
         super().__init__()
@@ -39,7 +45,12 @@ class _Bare(TorchDispatchMode):
         return False
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # type: ignore[override]
-        return func._op(*args, **(kwargs or {}))
+        out = None
+        if func is sim_device._LINEAR and not kwargs and len(args) == 2:
+            out = linear(*args)
+        elif func is sim_device._SDPA and len(args) == 4 and kwargs == sim_device._GQA:
+            out = gathered_decode_attention(*args)
+        return out if out is not None else func._op(*args, **(kwargs or {}))
 
 
 def best(fn: Callable[[], float], repeats: int) -> float:
@@ -51,6 +62,9 @@ def per_op_us(a: torch.Tensor, b: torch.Tensor, ops: int) -> float:
     for _ in range(ops):
         a + b
     return (time.process_time() - start) / ops * 1e6
+
+
+DEEP = 60  # frames above the host step: a test under pytest, a runner's job
 
 
 def op_costs(ops: int, repeats: int) -> dict[str, float]:
@@ -72,9 +86,25 @@ def op_costs(ops: int, repeats: int) -> dict[str, float]:
                 return per_op_us(x, y, ops)
         return run
 
+    def deep(run: Callable[[], float], frames: int = DEEP) -> float:
+        return run() if frames == 0 else deep(run, frames - 1)
+
+    def walked_to_the_root(run: Callable[[], float]) -> Callable[[], float]:
+        """As before the access stacks stopped at the frame that entered the host step."""
+        def walk() -> float:
+            entry = sim_device._step_entry
+            sim_device._step_entry = lambda frame: None  # type: ignore[assignment]
+            try:
+                return deep(run)
+            finally:
+                sim_device._step_entry = entry  # type: ignore[assignment]
+        return walk
+
     return {"plain": best(lambda: per_op_us(a, b, ops), repeats), "do-nothing dispatch mode": best(bare, repeats),
             "simulator, host memory": best(in_step(a, b), repeats),
-            "simulator, device memory": best(in_step(da, db), repeats)}
+            "simulator, device memory": best(in_step(da, db), repeats),
+            f"  the step entered {DEEP} frames deep": best(lambda: deep(in_step(da, db)), repeats),
+            "  the same, stacks walked to the root": best(walked_to_the_root(in_step(da, db)), repeats)}
 
 
 def run_costs(repeats: int) -> dict[str, float]:
@@ -126,7 +156,7 @@ def main() -> None:
     torch.set_num_threads(1)
     print(f"one aten op (a + b, 64 floats), process CPU time, best of {args.repeats}:")
     for name, us in op_costs(args.ops, args.repeats).items():
-        print(f"  {name:32s} {us:6.1f} us")
+        print(f"  {name:40s} {us:6.1f} us")
     print(f"reference workload, process CPU time, best of {min(args.repeats, 5)}:")
     for name, s in run_costs(min(args.repeats, 5)).items():
         print(f"  {name:45s} {s:6.3f} s")

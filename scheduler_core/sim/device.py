@@ -19,6 +19,7 @@ to the race detector (``race.py``).
 """
 from __future__ import annotations
 
+import inspect
 import os
 import random
 import sys
@@ -204,6 +205,8 @@ class SimDevice(Device):
         self._default = self.new_stream(DEFAULT_STREAM)
         self._stack: list[SimStream] = [self._default]
         self._depth = 0
+        self._entry: Any = None  # the frame that entered the current host step (``stream``)
+        self._outer: Sequence[tuple[Any, int]] = _NO_FRAMES  # the stack above it
         self._mode = _OpRecorder(self)
         self._prepacked_linear = prepacked_projections()
         self._native_attention = native_decode_attention()
@@ -238,6 +241,9 @@ class SimDevice(Device):
             if self.host_time == "fixed":
                 self._host_work(self.profile.host_step_us, "host step")
             self._step_started = (time.perf_counter(), self._dispatch_s)
+            # The frame that entered the step (past contextlib's) and the stack above it, walked once.
+            self._entry = _step_entry(sys._getframe(2))
+            self._outer = _stack_from(self._entry.f_back) if self._entry is not None else _NO_FRAMES
             self._mode.__enter__()
         self._depth += 1
         self._stack.append(s)
@@ -248,6 +254,7 @@ class SimDevice(Device):
             self._depth -= 1
             if outermost:
                 self._mode.__exit__(None, None, None)
+                self._entry, self._outer = None, _NO_FRAMES  # the frame is not kept past its step
                 if self.host_time == "measured":
                     wall, dispatched = self._step_started
                     host_s = (time.perf_counter() - wall) - (self._dispatch_s - dispatched)
@@ -296,7 +303,7 @@ class SimDevice(Device):
         self._sweep()
         key = self._key(tensor, HOST)
         if key is not None:
-            self.detector.op(HOST, "host read", [key], [], _stack())
+            self.detector.op(HOST, "host read", [key], [], _stack(0, self._entry, self._outer))
         return tensor.tolist()
 
     def record_stream(self, tensor: torch.Tensor, s: Stream) -> None:
@@ -314,7 +321,7 @@ class SimDevice(Device):
         if not isinstance(event, SimEvent) or event.device is not self:
             raise TypeError("declare_reads_done got a foreign event")
         keys = [k for k in (self._key(t, event.stream.sid) for t in tensors) if k is not None]
-        self.detector.reads_done(event.stream.sid, event.clock, keys, _stack())
+        self.detector.reads_done(event.stream.sid, event.clock, keys, _stack(0, self._entry, self._outer))
 
     def now(self) -> float:
         return self.timeline.host_us * 1e-6
@@ -385,7 +392,7 @@ class SimDevice(Device):
         self._run(s, name, (p.copy_latency_us + nbytes / (p.pcie_gbps * 1e3)) * self.speed)
         reads = [k for k in (self._key(src, s.sid),) if k is not None]
         writes = [k for k in (self._key(dst, s.sid),) if k is not None]
-        self.detector.op(s.sid, name, reads, writes, _stack())
+        self.detector.op(s.sid, name, reads, writes, _stack(0, self._entry, self._outer))
 
     def _key(self, t: torch.Tensor, actor: int) -> int | None:
         """The block of ``t``'s storage; a storage not seen before (or a dead one's address, reused)
@@ -532,7 +539,7 @@ class SimDevice(Device):
         end = start + (self._launch_us + max(compute, memory)) * self.speed
         ready[sid] = end
         timeline.add(s.name, info.name, start, end)
-        self.detector.op(sid, info.name, reads, writes, _stack(), fresh)
+        self.detector.op(sid, info.name, reads, writes, _stack(2, self._entry, self._outer), fresh)
 
     def _any_on_device(self, values: Any) -> bool:
         refs = self._refs
@@ -607,22 +614,56 @@ _SKIP = (os.path.dirname(torch.__file__) + os.sep, os.path.dirname(__file__) + o
 
 
 class _Stack(list):
-    """A captured Python stack, innermost first: (code object, last instruction offset) pairs. No
-    frame is kept alive and nothing is formatted until a report names the access."""
+    """A captured Python stack, innermost first: (code object, last instruction offset) pairs, then
+    ``outer``'s pairs. No frame is kept alive and nothing is formatted until a report names the
+    access."""
 
-    __slots__ = ()
+    __slots__ = ("outer",)
+
+    def frames(self) -> Iterator[tuple[Any, int]]:
+        yield from self
+        yield from self.outer
 
 
-def _stack() -> _Stack:
+_NO_FRAMES: tuple = ()
+_SUSPENDABLE = inspect.CO_GENERATOR | inspect.CO_COROUTINE | inspect.CO_ASYNC_GENERATOR
+
+
+def _stack(skip: int = 0, entry: Any = None, outer: Sequence[tuple[Any, int]] = _NO_FRAMES) -> _Stack:
+    """The caller's stack, less its ``skip`` innermost frames. ``entry`` is a frame on the stack for the whole host
+    step and ``outer`` the pairs from its caller outward, captured once when the step began: the walk
+    stops at ``entry``, since every frame above a running ordinary function is suspended in the call
+    that leads to it. A stack the walk finds without ``entry`` is walked to its root."""
     # By hand rather than torch's C++ gatherer (``torch._C._profiler.gather_traceback``): capturing is
-    # about 1.6 µs dearer per op, but torch's symbolizer imports torch._dynamo and torch._inductor on
-    # its first use, about 0.9 s of CPU in every job process that reports a hazard.
-    frame: Any = sys._getframe(1)
+    # cheaper there, but torch's symbolizer imports torch._dynamo and torch._inductor on its first
+    # use, about 0.9-1.5 s of CPU in every job process that reports a hazard.
+    frame: Any = sys._getframe(skip + 1)
     stack = _Stack()
     while frame is not None:
         stack.append((frame.f_code, frame.f_lasti))
+        if frame is entry:
+            stack.outer = outer
+            return stack
         frame = frame.f_back
+    stack.outer = _NO_FRAMES
     return stack
+
+
+def _stack_from(frame: Any) -> tuple[tuple[Any, int], ...]:
+    """The (code object, last instruction offset) pairs from ``frame`` to the root."""
+    pairs = []
+    while frame is not None:
+        pairs.append((frame.f_code, frame.f_lasti))
+        frame = frame.f_back
+    return tuple(pairs)
+
+
+def _step_entry(frame: Any) -> Any:
+    """The first frame at or above ``frame`` that cannot be suspended (no generator or coroutine),
+    so every frame above it keeps its place while it runs."""
+    while frame is not None and frame.f_code.co_flags & _SUSPENDABLE:
+        frame = frame.f_back
+    return frame
 
 
 def _line(code: Any, offset: int) -> int | None:
@@ -636,6 +677,6 @@ def _format_stack(stack: Any) -> tuple[str, ...]:
     """The innermost frames outside torch and the simulator, as ``file:line in function``."""
     if isinstance(stack, tuple):
         return format_stack(stack)
-    kept = [(code, offset) for code, offset in stack
+    kept = [(code, offset) for code, offset in stack.frames()
             if not code.co_filename.startswith(_SKIP[:2]) and not code.co_filename.endswith(_SKIP[2])]
     return tuple(f"{code.co_filename}:{_line(code, offset)} in {code.co_name}" for code, offset in kept[:STACK_DEPTH])

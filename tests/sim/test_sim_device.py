@@ -3,8 +3,10 @@ from __future__ import annotations
 
 import inspect
 import json
+from typing import Iterator
 
 import pytest
+import torch
 
 from scheduler_core.engine import Engine
 from scheduler_core.platform import DEFAULT_POLICIES, Platform
@@ -105,3 +107,55 @@ def test_an_access_stack_names_file_line_and_function_innermost_first() -> None:
     assert frames[:2] == (f"{__file__}:{inner} in access",
                           f"{__file__}:{line} in test_an_access_stack_names_file_line_and_function_innermost_first")
     assert len(frames) <= STACK_DEPTH
+
+
+def _read(x: torch.Tensor) -> torch.Tensor:
+    return x + 1  # the op a hazard names first
+
+
+def _written_then_read_on_side(device: SimDevice, x: torch.Tensor) -> torch.Tensor:
+    side = device.new_stream("side")
+    with device.stream(device.current_stream()):  # one host step: this frame entered it
+        x.add_(1)
+        with device.stream(side):
+            return _read(x)  # on "side", not ordered after the write
+
+
+def _line_of(function: object, text: str) -> int:
+    lines, first = inspect.getsourcelines(function)  # type: ignore[arg-type]
+    return first + next(i for i, line in enumerate(lines) if text in line)
+
+
+def test_a_hazards_stack_runs_from_the_op_through_the_frame_that_entered_the_step_to_its_callers() -> None:
+    device = SimDevice(Platform("sim", "cuda-h100"), noise=False)
+    x = torch.zeros(4)
+    device.mark_device(x)
+    _, line = _written_then_read_on_side(device, x), inspect.currentframe().f_lineno  # type: ignore[union-attr]
+    (hazard,) = device.hazards
+    assert hazard.kind == "read-after-write"
+    assert hazard.second_stack[:3] == (
+        f"{__file__}:{_line_of(_read, 'return x + 1')} in _read",
+        f"{__file__}:{_line_of(_written_then_read_on_side, 'return _read(x)')} in _written_then_read_on_side",
+        f"{__file__}:{line} in test_a_hazards_stack_runs_from_the_op_through_the_frame_that_entered_the_step_to_its_callers")
+
+
+def _step_in_a_generator(device: SimDevice, x: torch.Tensor) -> Iterator[torch.Tensor]:
+    side = device.new_stream("side")
+    with device.stream(device.current_stream()):
+        x.add_(1)
+        yield x
+        with device.stream(side):
+            yield x + 1  # run when the caller resumes the generator, from wherever it does
+
+
+def test_a_step_entered_in_a_generator_names_the_frame_that_resumed_it() -> None:
+    device = SimDevice(Platform("sim", "cuda-h100"), noise=False)
+    x = torch.zeros(4)
+    device.mark_device(x)
+    steps = _step_in_a_generator(device, x)
+    next(steps)  # enters the host step
+    _, line = next(steps), inspect.currentframe().f_lineno  # type: ignore[union-attr]  # the read, from here
+    (hazard,) = device.hazards
+    assert hazard.second_stack[:2] == (
+        f"{__file__}:{_line_of(_step_in_a_generator, 'yield x + 1')} in _step_in_a_generator",
+        f"{__file__}:{line} in test_a_step_entered_in_a_generator_names_the_frame_that_resumed_it")
