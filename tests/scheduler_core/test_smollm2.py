@@ -2,6 +2,9 @@
 invariance of the real model under the near-tie rule. Slow: loading both models takes about a minute."""
 from __future__ import annotations
 
+import functools
+
+import gguf
 import pytest
 import torch
 from filelock import FileLock
@@ -57,9 +60,16 @@ def hf(tmp_path_factory: pytest.TempPathFactory):
     cache.parent.mkdir(parents=True, exist_ok=True)
     with FileLock(str(cache) + ".lock"):
         if not (cache / "complete").exists():
-            model = transformers.AutoModelForCausalLM.from_pretrained(str(path.parent), gguf_file=path.name,
-                                                                      dtype=torch.float32).eval()
-            tokenizer = transformers.AutoTokenizer.from_pretrained(str(path.parent), gguf_file=path.name)
+            with pytest.MonkeyPatch.context() as patch:
+                # transformers parses the file's metadata (49k tokens and merges) anew for the
+                # config, the weights and the tokenizer, and rebuilds gguf's tensor-name table once
+                # per tensor: both pure in their arguments, so each is made once (31 -> 12 CPU-s,
+                # the same weights and tokenizer; docs/testing.md).
+                patch.setattr(gguf, "GGUFReader", functools.cache(gguf.GGUFReader))
+                patch.setattr(gguf, "get_tensor_name_map", functools.cache(gguf.get_tensor_name_map))
+                model = transformers.AutoModelForCausalLM.from_pretrained(str(path.parent), gguf_file=path.name,
+                                                                          dtype=torch.float32).eval()
+                tokenizer = transformers.AutoTokenizer.from_pretrained(str(path.parent), gguf_file=path.name)
             cache.mkdir(exist_ok=True)
             torch.save(model.state_dict(), cache / "weights.pt")
             model.config.to_json_file(cache / "config.json")
