@@ -9,6 +9,7 @@ import socket
 import pytest
 
 from bench import ports
+from tests.support.runner_harness import free_port
 
 
 @pytest.fixture
@@ -47,3 +48,9 @@ def test_a_port_something_listens_on_is_skipped(one_port: int) -> None:
 def test_the_range_is_below_the_kernel_s_ephemeral_ports() -> None:
     low = int(open("/proc/sys/net/ipv4/ip_local_port_range").read().split()[0])
     assert ports.PORT_RANGE[1] < low
+
+
+def test_a_test_servers_port_stays_reserved_for_the_rest_of_its_process(one_port: int) -> None:
+    assert free_port() == one_port
+    with pytest.raises(RuntimeError, match="no free port"):
+        ports.reserve_port()  # a server stopped for an outage must find its port again

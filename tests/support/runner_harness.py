@@ -13,45 +13,26 @@ from pathlib import Path
 from typing import Any, Callable
 
 from app.git.workdir import git
+from bench.ports import reserve_port
 from tests.support.settings import ADMIN_TOKEN
 
 FAKE_SUITE = Path(__file__).resolve().parents[1] / "runner" / "fake_suite.py"
 PARALLAX = Path(sys.executable).with_name("parallax")
 
 
-# Ports are handed out below the kernel's ephemeral range, a band of its own per xdist worker and
-# never the same twice in a process. A port the kernel picks (bind to 0) is free only for that
-# moment: a test that stops its server to stage an outage keeps the number and binds it again, and
-# another worker's bind-to-0 could be handed it meanwhile; a `parallax serve` that then cannot bind
-# keeps retrying while the other test's server answers its health check (seen once in a parallel run).
-_PORT_BAND = 1500
-_next_port: list[int] = []
-
-
-def _ephemeral_low() -> int:
-    try:
-        return int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
-    except (OSError, ValueError, IndexError):
-        return 32768
+# A port from bind(0) is free only for that moment: a test that stops its server to stage an outage
+# binds the same number again later, and another test could be handed it meanwhile (a `parallax
+# serve` that then could not bind kept retrying while the other test's server answered its health
+# check). So a test server's port is reserved through `bench.ports` (below the ephemeral range,
+# locked across processes) and held for the rest of this process: no test on this machine, through
+# here or `reserve_port`, is handed it again.
+_held: list[int] = []  # the reservations' lock descriptors
 
 
 def free_port() -> int:
-    worker = os.environ.get("PYTEST_XDIST_WORKER", "gw0").removeprefix("gw")
-    band_start = 20000 + (int(worker) if worker.isdigit() else 0) * _PORT_BAND
-    if not _next_port:
-        _next_port.append(band_start)
-    while _next_port[0] < min(band_start + _PORT_BAND, _ephemeral_low()):
-        port = _next_port[0]
-        _next_port[0] += 1
-        with socket.socket() as sock:
-            try:
-                sock.bind(("127.0.0.1", port))
-            except OSError:
-                continue  # something else of this machine's holds it
-            return port
-    with socket.socket() as sock:  # the band is used up (or lies in the ephemeral range): the kernel's pick
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
+    port, lock = reserve_port()
+    _held.append(lock)
+    return port
 
 
 class Server:
