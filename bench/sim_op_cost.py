@@ -14,16 +14,15 @@ import gc
 import sys
 import time
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any, Callable
 
 import torch
-from torch.utils._python_dispatch import TorchDispatchMode
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from scheduler_core.cpu_kernels import linear  # noqa: E402
-from scheduler_core.decode_attention import gathered_decode_attention  # noqa: E402
+from scheduler_core.cpu_kernels import native_decode_attention, prepacked_projections  # noqa: E402
 from scheduler_core.engine import Engine  # noqa: E402
 from scheduler_core.platform import DEFAULT_POLICIES, Platform  # noqa: E402
 from scheduler_core.sampling import SamplingParams  # noqa: E402
@@ -32,25 +31,15 @@ from scheduler_core.sim.measure import REFERENCE, reference_model, run_reference
 from scheduler_core.sim.profile import load_profile  # noqa: E402
 
 
-class _Bare(TorchDispatchMode):
-    """Runs each op and nothing else: the price of the Python dispatch itself. Projections and decode
-    attention go to the plain run's kernels, as the simulator sends them (torch's own fp32 linear
-    is several times slower than the AMX one, which would hide the dispatch cost)."""
+class _Bare(sim_device._OpRecorder):
+    """The simulator's own dispatch hook on a device that is always paused: each op runs as in a
+    simulated run (projections and decode attention on the plain run's kernels) and nothing is
+    recorded, timed or checked: the price of the Python dispatch itself."""
 
     def __init__(self, device: Any = None) -> None:
-        super().__init__()
-
-    @classmethod
-    def _should_skip_dynamo(cls) -> bool:
-        return False
-
-    def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # type: ignore[override]
-        out = None
-        if func is sim_device._LINEAR and not kwargs and len(args) == 2:
-            out = linear(*args)
-        elif func is sim_device._SDPA and len(args) == 4 and kwargs == sim_device._GQA:
-            out = gathered_decode_attention(*args)
-        return out if out is not None else func._op(*args, **(kwargs or {}))
+        super().__init__(SimpleNamespace(_measure_host=False, _paused=True,  # type: ignore[arg-type]
+                                         _prepacked_linear=prepacked_projections(),
+                                         _native_attention=native_decode_attention()))
 
 
 def best(fn: Callable[[], float], repeats: int) -> float:
