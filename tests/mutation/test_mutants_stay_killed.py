@@ -26,7 +26,8 @@ import pytest
 
 from tests.support.settings import REPO_ROOT
 
-TREE = ("app", "runners", "scheduler_core", "tests", "migrations", "pyproject.toml")
+# What the guarding tests import (tests/support uses bench.ports for its servers' ports).
+TREE = ("app", "runners", "scheduler_core", "tests", "bench", "migrations", "pyproject.toml")
 NO_POSTGRES = "postgresql+psycopg://postgres@127.0.0.1:9/none"  # nothing listens: PostgreSQL cases skip
 ZYGOTE = REPO_ROOT / "tests/support/pytest_zygote.py"
 START_TIMEOUT_S = 300.0  # its imports, on a loaded machine
