@@ -22,7 +22,7 @@ import threading
 import time
 import weakref
 from dataclasses import dataclass, field
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any
 from urllib.parse import parse_qs
 
@@ -55,6 +55,10 @@ MISSING_COMMIT = "missing_commit"
 # database and written on the next pass, so the delivery waits its retry delay and not the rest
 # of its `CLAIM_S` claim, which nothing else would shorten.
 _unrecorded: weakref.WeakKeyDictionary[Database, dict[int, tuple[str, str, bool, float]]] = weakref.WeakKeyDictionary()
+# Claims a lost connection left in doubt (the claim's UPDATE may have committed before the reply
+# was lost) or stranded (the delivery's first read failed, so no failure could be recorded):
+# the claim's expiry, which identifies it, per delivery; the next pass releases each.
+_unreleased: weakref.WeakKeyDictionary[Database, dict[int, datetime]] = weakref.WeakKeyDictionary()
 _unrecorded_lock = threading.Lock()
 
 
@@ -238,7 +242,7 @@ def process_pending(db: Database, settings: Settings, *, limit: int = 50, budget
     (`claimed_until`), so concurrent workers never process one twice; a delivery waiting for a
     retry holds back the later deliveries of its repository, so their order is kept."""
     report = ProcessReport()
-    _record_unrecorded(db)
+    _settle_unrecorded(db)
     started = time.monotonic()
     now = utcnow()
     with db.session() as session:
@@ -253,11 +257,12 @@ def process_pending(db: Database, settings: Settings, *, limit: int = 50, budget
             continue
         if time.monotonic() - started > budget_s:
             break
-        if claimed_until is not None and as_utc(claimed_until) >= now or not _claim(db, row_id):
+        claim = None if claimed_until is not None and as_utc(claimed_until) >= now else _claim(db, row_id)
+        if claim is None:
             if failure_kind != MISSING_COMMIT:
                 blocked.add(key)
             continue
-        delivery_id, ok, result, kind = _process_one(db, settings, row_id)
+        delivery_id, ok, result, kind = _process_one(db, settings, row_id, claim)
         report.results[delivery_id] = result
         (report.processed if ok else report.failed).append(delivery_id)
         if not ok and kind != MISSING_COMMIT:
@@ -265,23 +270,42 @@ def process_pending(db: Database, settings: Settings, *, limit: int = 50, budget
     return report
 
 
-def _claim(db: Database, row_id: int) -> bool:
+def _claim(db: Database, row_id: int) -> datetime | None:
+    """Claim the delivery for `CLAIM_S`; returns the claim's expiry, which identifies the claim,
+    or None when it is not free."""
     now = utcnow()
-    with db.session() as session:
-        result = session.execute(
-            update(WebhookDelivery)
-            .where(WebhookDelivery.id == row_id, WebhookDelivery.state == "pending",
-                   or_(WebhookDelivery.claimed_until.is_(None), WebhookDelivery.claimed_until < now))
-            .values(claimed_until=now + timedelta(seconds=CLAIM_S), attempts=WebhookDelivery.attempts + 1))
-        return result.rowcount == 1
+    until = now + timedelta(seconds=CLAIM_S)
+    try:
+        with db.session() as session:
+            claimed = session.execute(
+                update(WebhookDelivery)
+                .where(WebhookDelivery.id == row_id, WebhookDelivery.state == "pending",
+                       or_(WebhookDelivery.claimed_until.is_(None), WebhookDelivery.claimed_until < now))
+                .values(claimed_until=until, attempts=WebhookDelivery.attempts + 1)).rowcount == 1
+    except Exception as exc:
+        _release_later(db, row_id, until, exc)  # the commit may have landed before the reply was lost
+        raise
+    return until if claimed else None
 
 
-def _process_one(db: Database, settings: Settings, row_id: int) -> tuple[str, bool, str, str | None]:
-    with db.session() as session:
-        delivery = session.get(WebhookDelivery, row_id)
-        assert delivery is not None
-        delivery_id, attempts, event, payload_text = (delivery.delivery_id, delivery.attempts, delivery.event,
-                                                      delivery.payload)
+def _release_later(db: Database, row_id: int, claim: datetime, exc: BaseException) -> None:
+    """Where the database went away, have the next pass release `claim` (`_settle_unrecorded`),
+    so the delivery and the later ones of its repository wait a pass, not `CLAIM_S`."""
+    if is_database_unavailable(exc):
+        with _unrecorded_lock:
+            _unreleased.setdefault(db, {})[row_id] = claim
+
+
+def _process_one(db: Database, settings: Settings, row_id: int, claim: datetime) -> tuple[str, bool, str, str | None]:
+    try:
+        with db.session() as session:
+            delivery = session.get(WebhookDelivery, row_id)
+            assert delivery is not None
+            delivery_id, attempts, event, payload_text = (delivery.delivery_id, delivery.attempts, delivery.event,
+                                                          delivery.payload)
+    except Exception as exc:  # nothing ran, and without the delivery no failure can be recorded
+        _release_later(db, row_id, claim, exc)
+        raise
     try:
         payload = json.loads(payload_text)
         # Fetch outside any transaction: on SQLite a transaction holds the write lock, and a
@@ -331,14 +355,26 @@ def _record_failure(db: Database, row_id: int, message: str, kind: str, final: b
             delivery.claimed_until = utcnow() + timedelta(seconds=delay_s)
 
 
-def _record_unrecorded(db: Database) -> None:
-    """Record the failures the database was down to take; raises while it still is."""
+def _settle_unrecorded(db: Database) -> None:
+    """Record the failures the database was down to take, and release the claims it left in
+    doubt; raises while it is still down."""
     with _unrecorded_lock:
         pending = dict(_unrecorded.get(db, {}))
+        unreleased = dict(_unreleased.get(db, {}))
     for row_id, failure in pending.items():
         _record_failure(db, row_id, *failure)
         with _unrecorded_lock:
             _unrecorded.get(db, {}).pop(row_id, None)
+    for row_id, claim in unreleased.items():
+        with db.session() as session:
+            # Only that very claim, and its attempt that never ran: if the UPDATE never landed,
+            # or the claim expired and another worker took the delivery, nothing matches.
+            session.execute(update(WebhookDelivery)
+                            .where(WebhookDelivery.id == row_id, WebhookDelivery.state == "pending",
+                                   WebhookDelivery.claimed_until == claim)
+                            .values(claimed_until=None, attempts=WebhookDelivery.attempts - 1))
+        with _unrecorded_lock:
+            _unreleased.get(db, {}).pop(row_id, None)
 
 
 def fetch_for(mirror: Mirror, event: str, payload: dict[str, Any]) -> None:

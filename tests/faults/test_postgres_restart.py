@@ -122,7 +122,7 @@ def test_a_postgres_restart_under_load_is_503_then_recovers_with_nothing_lost_or
             wait_for(lambda: count(db, Job) == total and count_state(db, JobState.succeeded) == total
                      and delivered(db) == PUSHES, 600, f"{total} jobs succeeded and {PUSHES} deliveries processed",
                      interval_s=0.5)
-        except AssertionError as exc:  # say where it stopped (a CI run timed out here once, cause unknown)
+        except AssertionError as exc:  # say where it stopped (docs/github.md: a claim the outage stranded, since fixed)
             raise AssertionError(f"{exc}; {where_it_stands(db, threads)}") from None
     finally:
         stop.set()

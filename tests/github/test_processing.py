@@ -3,6 +3,7 @@ temp `upstream` stands in for GitHub), and the matrix is queued at the right com
 from __future__ import annotations
 
 import threading
+from contextlib import contextmanager
 from datetime import datetime, timedelta, timezone
 
 import pytest
@@ -315,6 +316,96 @@ def test_a_failure_the_database_was_down_to_record_waits_its_retry_delay_not_its
         assert as_utc(delivery.claimed_until) <= back + timedelta(seconds=ingest.RETRY_DELAYS_S[0] + 5)
     skip_backoff(db)
     assert len(process_pending(db, settings).processed) == 1
+
+
+@contextmanager
+def _unavailable_session():  # type: ignore[no-untyped-def]
+    raise DisconnectionError("the database system is shutting down")
+    yield  # a generator: contextmanager needs one
+
+
+def test_a_delivery_whose_first_read_met_the_outage_is_processed_on_the_next_pass_not_after_its_claim(
+        client, app, db, tracked, upstream, monkeypatch):  # type: ignore[no-untyped-def]
+    """PostgreSQL goes away right after a worker claimed a delivery, before it could read it: no
+    work ran and no failure could be recorded. The next pass releases that claim, and the
+    delivery is processed then (with one attempt, the one that ran), not 10 minutes later."""
+    base = upstream.commit()
+    post_webhook(client, "push", push_payload(base, base, [base]))
+    settings = app.extensions["parallax.settings"]
+    claim = ingest._claim
+    with monkeypatch.context() as outage:
+        def claim_then_outage(db_, row_id):  # type: ignore[no-untyped-def]
+            taken = claim(db_, row_id)
+            outage.setattr(db, "session", _unavailable_session)
+            return taken
+        outage.setattr(ingest, "_claim", claim_then_outage)
+        with pytest.raises(DisconnectionError):
+            process_pending(db, settings)
+    with db.session() as session:
+        assert session.scalar(select(WebhookDelivery.claimed_until)) is not None  # claimed for CLAIM_S
+    report = process_pending(db, settings)
+    assert len(report.processed) == 1, report.results
+    with db.session() as session:
+        delivery = session.scalar(select(WebhookDelivery))
+        assert delivery.state == "done" and delivery.attempts == 1 and delivery.claimed_until is None
+
+
+def test_a_claim_whose_reply_was_lost_is_released_on_the_next_pass(
+        client, app, db, tracked, upstream, monkeypatch):  # type: ignore[no-untyped-def]
+    """The claim's UPDATE commits, then the connection drops before the reply: the worker cannot
+    know it holds the claim. The next pass releases it and processes the delivery."""
+    base = upstream.commit()
+    post_webhook(client, "push", push_payload(base, base, [base]))
+    settings = app.extensions["parallax.settings"]
+    session_of = db.session
+
+    @contextmanager
+    def committed_then_lost():  # type: ignore[no-untyped-def]
+        with session_of() as session:
+            yield session
+        raise DisconnectionError("server closed the connection unexpectedly")
+
+    with monkeypatch.context() as outage:
+        outage.setattr(ingest, "_process_one", lambda *args: pytest.fail("processed a delivery it had no claim on"))
+        claim = ingest._claim
+        def lost_claim(db_, row_id):  # type: ignore[no-untyped-def]
+            outage.setattr(db, "session", committed_then_lost)
+            return claim(db_, row_id)
+        outage.setattr(ingest, "_claim", lost_claim)
+        with pytest.raises(DisconnectionError):
+            process_pending(db, settings)
+    with db.session() as session:
+        assert session.scalar(select(WebhookDelivery.attempts)) == 1  # the claim did land
+    report = process_pending(db, settings)
+    assert len(report.processed) == 1, report.results
+    with db.session() as session:
+        assert session.scalar(select(WebhookDelivery.attempts)) == 1
+
+
+def test_a_claim_in_doubt_is_not_released_once_another_worker_holds_the_delivery(
+        client, app, db, tracked, upstream, monkeypatch):  # type: ignore[no-untyped-def]
+    """The release names the very claim it left in doubt: a claim taken since (the first expired
+    and another worker took the delivery) is that worker's, and stays."""
+    base = upstream.commit()
+    post_webhook(client, "push", push_payload(base, base, [base]))
+    settings = app.extensions["parallax.settings"]
+    claim = ingest._claim
+    with monkeypatch.context() as outage:
+        def claim_then_outage(db_, row_id):  # type: ignore[no-untyped-def]
+            taken = claim(db_, row_id)
+            outage.setattr(db, "session", _unavailable_session)
+            return taken
+        outage.setattr(ingest, "_claim", claim_then_outage)
+        with pytest.raises(DisconnectionError):
+            process_pending(db, settings)
+    theirs = utcnow() + timedelta(seconds=300)
+    with db.session() as session:
+        delivery = session.scalar(select(WebhookDelivery))
+        delivery.claimed_until, delivery.attempts = theirs, 2
+    assert process_pending(db, settings).processed == []
+    with db.session() as session:
+        delivery = session.scalar(select(WebhookDelivery))
+        assert as_utc(delivery.claimed_until) == theirs and delivery.attempts == 2
 
 
 def test_concurrent_workers_process_each_delivery_once(client, app, db, tracked, upstream):
