@@ -17,6 +17,7 @@ import signal
 import socket
 import threading
 import time
+from contextlib import ExitStack
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
@@ -512,6 +513,7 @@ class Agent:
             shipper.close(timeout_s=5.0)
             self.report(job, state, ("fail", f"runner error: {type(exc).__name__}: {exc}", True), shipper)
         finally:
+            state.held.close()
             heartbeat.stop()
             if state.worktree is not None:
                 self.workspace.release(state.mirror, state.worktree)
@@ -543,6 +545,15 @@ class Agent:
             argv = execute.resolve_argv(job.get("command"))  # type: ignore[arg-type]
         except ValueError as exc:
             return ("fail", f"bad suite command: {exc}", False)
+        simulated = self.is_simulated(job)
+        if self.config.host_lock is not None and simulated:
+            # A simulated job holds the host (shared) from its checkout until it has reported
+            # (`_run_job` lets go): its git work, its timeline and results documents and the
+            # service storing them are work on this machine, which a real job measuring beside them
+            # would time too.
+            given_up = self.take_host(state, shipper, exclusive=False, timeout_s=float(job.get("timeout_s") or 1800))
+            if given_up is not None:
+                return given_up
         try:
             worktree = self.workspace.prepare(state.job_id, state.attempt, str(job.get("repository") or ""),
                                               job.get("repository_url"), sha)  # type: ignore[arg-type]
@@ -569,17 +580,30 @@ class Agent:
             failed = self.run_setup(job, state, shipper, worktree, env)
             if failed is not None:
                 return failed
-        if self.config.host_lock is None:
+        if self.config.host_lock is None or simulated:
             return self.measure(job, argv, state, shipper, worktree, env, timeout_s, output_root)
-        exclusive = not self.is_simulated(job)
+        given_up = self.take_host(state, shipper, exclusive=True, timeout_s=timeout_s)
+        if given_up is not None:
+            return given_up
+        try:
+            return self.measure(job, argv, state, shipper, worktree, env, timeout_s, output_root)
+        finally:
+            state.held.close()  # a real job measures alone; its uploads need not keep others waiting
+
+    def take_host(self, state: "JobState", shipper: execute.LogShipper, exclusive: bool,
+                  timeout_s: float) -> tuple[Any, ...] | None:
+        """Hold the host lock in `state.held`: exclusive for a real job's measurement, shared for a
+        simulated job. None, or the verdict when the wait was given up (a shutdown, a cancel, a lost
+        lease)."""
+        assert self.config.host_lock is not None
 
         def waiting() -> None:
             shipper.write(f"[parallax-runner] waiting for the host lock {self.config.host_lock} "
                           f"({'alone: a real platform' if exclusive else 'shared: a simulated platform'}); "
                           "another job on this machine is measuring\n")
         try:
-            with HostLock(self.config.host_lock).hold(exclusive, lambda: self.interrupt_reason(state), waiting):
-                return self.measure(job, argv, state, shipper, worktree, env, timeout_s, output_root)
+            state.held.enter_context(HostLock(self.config.host_lock).hold(
+                exclusive, lambda: self.interrupt_reason(state), waiting))
         except Interrupted as exc:
             if exc.reason == "shutdown":
                 return ("handback", f"handed back: runner shutting down ({self.stop_signal}) while the job waited "
@@ -588,6 +612,7 @@ class Agent:
                                            "wait for the host lock")
             assert verdict is not None
             return verdict
+        return None
 
     def measure(self, job: dict[str, Any], argv: list[str], state: "JobState", shipper: execute.LogShipper,
                 worktree: Path, env: dict[str, str], timeout_s: float, output_root: Path) -> tuple[Any, ...]:
@@ -846,6 +871,7 @@ class JobState:
     worktree: Path | None = None
     mirror: Path | None = None
     output_root: Path | None = None  # outputs/job-<id>-<attempt>: one run-<n> directory per repeat
+    held: ExitStack = field(default_factory=ExitStack)  # a host lock kept until the job has reported
 
 
 class HeartbeatThread(threading.Thread):

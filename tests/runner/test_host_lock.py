@@ -184,3 +184,50 @@ def test_a_cpu_job_waits_for_a_simulator_job_on_the_same_host_and_says_so(harnes
     job = harness.wait_job(job_id, ("succeeded", "failed"), proc=proc)
     assert job["state"] == "succeeded", job
     assert harness.wait_exit(proc) == 0
+
+
+def test_a_simulated_job_holds_the_host_until_it_has_reported(harness: Harness, tmp_path: Path,
+                                                              monkeypatch: pytest.MonkeyPatch):
+    """A simulated job's upload (its timeline artifact, its results) is work on the machine: a cpu
+    job waiting for the host starts only once the simulated job has reported, not as soon as its
+    command is done."""
+    path = tmp_path / "host.lock"
+    arrived, report = threading.Event(), threading.Event()
+    complete = harness.app.view_functions["runner_api.complete_job"]
+
+    def held_complete(job_id: int):  # type: ignore[no-untyped-def]
+        arrived.set()  # the simulated job's command is done; it is reporting
+        report.wait(DEADLINE_S)
+        return complete(job_id)
+
+    monkeypatch.setitem(harness.app.view_functions, "runner_api.complete_job", held_complete)
+    job_id = harness.enqueue(harness.shas[0], platform="rocm-sim")
+    proc = harness.start_runner("sim", "--once", "--host-lock", str(path), "--label", "platform=rocm-sim")
+    assert arrived.wait(DEADLINE_S), harness.runner_log(proc)
+    cpu_job = Holder(HostLock(path), True, "cpu", [])
+    cpu_job.start()
+    wait_for(lambda: cpu_job.waiting.is_set() or cpu_job.entered.is_set(), DEADLINE_S, "the cpu job to try the lock")
+    assert cpu_job.waiting.is_set() and not cpu_job.entered.is_set()  # the reporting job still holds the host
+    report.set()
+    assert harness.wait_job(job_id, ("succeeded", "failed"), proc=proc)["state"] == "succeeded"
+    assert cpu_job.entered.wait(DEADLINE_S)  # and lets go once it has reported
+    cpu_job.finish()
+    assert harness.wait_exit(proc) == 0
+
+
+def test_a_simulated_job_checks_out_only_once_a_measuring_cpu_job_is_done(harness: Harness, tmp_path: Path):
+    """Its git work is work on the machine too: while a cpu job measures, a simulated job waits
+    before it checks out, and says so."""
+    path = tmp_path / "host.lock"
+    cpu_job = Holder(HostLock(path), True, "cpu", [])  # a real job measuring on this machine
+    cpu_job.start()
+    assert cpu_job.entered.wait(DEADLINE_S)
+    job_id = harness.enqueue(harness.shas[0], platform="rocm-sim")
+    proc = harness.start_runner("sim", "--once", "--host-lock", str(path), "--label", "platform=rocm-sim")
+    log = wait_for(lambda: (text := harness.job(job_id)["log"] or "") and "waiting for the host lock" in text and text,
+                   DEADLINE_S, "the job's log to say it waits for the host lock")
+    assert "checked out" not in log
+    cpu_job.finish()
+    job = harness.wait_job(job_id, ("succeeded", "failed"), proc=proc)
+    assert job["state"] == "succeeded" and "checked out" in job["log"], job
+    assert harness.wait_exit(proc) == 0
