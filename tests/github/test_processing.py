@@ -324,14 +324,11 @@ def _unavailable_session():  # type: ignore[no-untyped-def]
     yield  # a generator: contextmanager needs one
 
 
-def test_a_delivery_whose_first_read_met_the_outage_is_processed_on_the_next_pass_not_after_its_claim(
-        client, app, db, tracked, upstream, monkeypatch):  # type: ignore[no-untyped-def]
-    """PostgreSQL goes away right after a worker claimed a delivery, before it could read it: no
-    work ran and no failure could be recorded. The next pass releases that claim, and the
-    delivery is processed then (with one attempt, the one that ran), not 10 minutes later."""
+def a_pass_the_database_left_after_the_claim(client, db, settings, upstream, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """A push is stored, and the next pass claims it; then PostgreSQL goes away before the pass
+    could read the delivery."""
     base = upstream.commit()
     post_webhook(client, "push", push_payload(base, base, [base]))
-    settings = app.extensions["parallax.settings"]
     claim = ingest._claim
     with monkeypatch.context() as outage:
         def claim_then_outage(db_, row_id):  # type: ignore[no-untyped-def]
@@ -341,6 +338,15 @@ def test_a_delivery_whose_first_read_met_the_outage_is_processed_on_the_next_pas
         outage.setattr(ingest, "_claim", claim_then_outage)
         with pytest.raises(DisconnectionError):
             process_pending(db, settings)
+
+
+def test_a_delivery_whose_first_read_met_the_outage_is_processed_on_the_next_pass_not_after_its_claim(
+        client, app, db, tracked, upstream, monkeypatch):  # type: ignore[no-untyped-def]
+    """PostgreSQL goes away right after a worker claimed a delivery, before it could read it: no
+    work ran and no failure could be recorded. The next pass releases that claim, and the
+    delivery is processed then (with one attempt, the one that ran), not 10 minutes later."""
+    settings = app.extensions["parallax.settings"]
+    a_pass_the_database_left_after_the_claim(client, db, settings, upstream, monkeypatch)
     with db.session() as session:
         assert session.scalar(select(WebhookDelivery.claimed_until)) is not None  # claimed for CLAIM_S
     report = process_pending(db, settings)
@@ -386,18 +392,8 @@ def test_a_claim_in_doubt_is_not_released_once_another_worker_holds_the_delivery
         client, app, db, tracked, upstream, monkeypatch):  # type: ignore[no-untyped-def]
     """The release names the very claim it left in doubt: a claim taken since (the first expired
     and another worker took the delivery) is that worker's, and stays."""
-    base = upstream.commit()
-    post_webhook(client, "push", push_payload(base, base, [base]))
     settings = app.extensions["parallax.settings"]
-    claim = ingest._claim
-    with monkeypatch.context() as outage:
-        def claim_then_outage(db_, row_id):  # type: ignore[no-untyped-def]
-            taken = claim(db_, row_id)
-            outage.setattr(db, "session", _unavailable_session)
-            return taken
-        outage.setattr(ingest, "_claim", claim_then_outage)
-        with pytest.raises(DisconnectionError):
-            process_pending(db, settings)
+    a_pass_the_database_left_after_the_claim(client, db, settings, upstream, monkeypatch)
     theirs = utcnow() + timedelta(seconds=300)
     with db.session() as session:
         delivery = session.scalar(select(WebhookDelivery))
