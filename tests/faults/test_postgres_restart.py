@@ -19,6 +19,7 @@ import requests
 from sqlalchemy import func, select
 
 from app import wiring
+from app.core.clock import as_utc, utcnow
 from app.core.duties import start as start_duties
 from app.core.migrate import upgrade
 from app.core.models import Job, JobState, Repository, Run, WebhookDelivery
@@ -195,8 +196,13 @@ def where_it_stands(db: Any, threads: list[threading.Thread]) -> str:
         jobs = dict(session.execute(select(Job.state, func.count()).group_by(Job.state)).all())
         deliveries = dict(session.execute(select(WebhookDelivery.state, func.count())
                                           .group_by(WebhookDelivery.state)).all())
+        # A pending delivery's claim and failure say why it waits (a claim an outage stranded, a retry).
+        waiting = [(d.id, d.attempts, d.claimed_until and as_utc(d.claimed_until).isoformat(timespec="seconds"),
+                    d.failure_kind) for d in session.scalars(select(WebhookDelivery)
+                                                             .where(WebhookDelivery.state == "pending"))]
     alive = sum(thread.is_alive() for thread in threads)
     return (f"jobs by state {({str(k): v for k, v in jobs.items()})}, deliveries by state {deliveries}, "
+            f"pending deliveries (id, attempts, claimed until, failure) {waiting} at {utcnow().isoformat(timespec='seconds')}, "
             f"{alive} of {len(threads)} client threads alive")
 
 
