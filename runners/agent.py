@@ -546,12 +546,13 @@ class Agent:
         except ValueError as exc:
             return ("fail", f"bad suite command: {exc}", False)
         simulated = self.is_simulated(job)
+        timeout_s = float(job.get("timeout_s") or 1800)
         if self.config.host_lock is not None and simulated:
             # A simulated job holds the host (shared) from its checkout until it has reported
             # (`_run_job` lets go): its git work, its timeline and results documents and the
             # service storing them are work on this machine, which a real job measuring beside them
             # would time too.
-            given_up = self.take_host(state, shipper, exclusive=False, timeout_s=float(job.get("timeout_s") or 1800))
+            given_up = self.take_host(state, shipper, exclusive=False, timeout_s=timeout_s)
             if given_up is not None:
                 return given_up
         try:
@@ -567,7 +568,6 @@ class Agent:
             return ("handback", f"handed back: runner shutting down ({self.stop_signal}) before the job started")
         results_path.parent.mkdir(parents=True, exist_ok=True)
         results_path.unlink(missing_ok=True)
-        timeout_s = float(job.get("timeout_s") or 1800)
         env = self.job_env(job, results_path, worktree)
         output_root = self.work_dir / "outputs" / f"job-{state.job_id}-{state.attempt}"
         shutil.rmtree(output_root, ignore_errors=True)
