@@ -15,7 +15,8 @@ asserts. Writes JSON to bench/results/.
 ``--engine-only`` skips transformers (``bench/overlap_cost.py`` runs it against another commit's tree);
 ``--speculative`` turns on speculative decoding and reports the accept length; ``--compare-kernels``
 adds the normal loop without the AMX projections (``PARALLAX_CPU_KERNELS=no-amx``), without them and
-the decode-attention kernel (``=onednn``) and on torch's own ops throughout (``=aten``) to the table.
+the AVX-512 block-scaled ones (``=no-blocks``), without those and the decode-attention kernel
+(``=onednn``) and on torch's own ops throughout (``=aten``) to the table.
 Every side also reports its process CPU time, which other load on the machine moves less than the
 wall time, and its share of the whole-run bound (the prompts' prefill plus the decode steps).
 """
@@ -119,7 +120,7 @@ def main() -> None:
     parser.add_argument("--speculative", choices=["ngram", "self-draft"], default=None)
     parser.add_argument("--json", help="write the engine's result here as JSON (with --engine-only)")
     parser.add_argument("--compare-kernels", action="store_true",
-                        help="also the normal loop with PARALLAX_CPU_KERNELS=no-amx, =onednn and =aten")
+                        help="also the normal loop with PARALLAX_CPU_KERNELS=no-amx, =no-blocks, =onednn and =aten")
     args = parser.parse_args()
     if args.threads:
         torch.set_num_threads(args.threads)
@@ -144,8 +145,8 @@ def main() -> None:
     if not args.no_overlap and args.speculative is None:
         loops = {"engine, normal loop": run_engine(prompts, lengths, args.batch_size, overlap=False), **loops}
     if args.compare_kernels:
-        for choice, name in (("no-amx", "no AMX"), ("onednn", "prepacked projections only"),
-                             ("aten", "aten kernels")):
+        for choice, name in (("no-amx", "no AMX"), ("no-blocks", "no block-scaled kernels"),
+                             ("onednn", "prepacked projections only"), ("aten", "aten kernels")):
             os.environ[CPU_KERNELS_ENV] = choice
             loops[f"engine, normal loop, {name}"] = run_engine(prompts, lengths, args.batch_size, overlap=False)
         del os.environ[CPU_KERNELS_ENV]

@@ -25,6 +25,8 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
+#include "block_scale.h"
+
 #define ARCH_REQ_XCOMP_PERM 0x1023
 #define XFEATURE_XTILEDATA 18
 
@@ -208,38 +210,6 @@ void parallax_amx_linear(const float *x, int64_t m, int64_t k, const uint16_t *p
  * per value, or 4 bits where every q lies in 0..15 (parallax_amx_narrow), plus a scale and an
  * offset per block (1.25 or 0.75 bytes per value against fp32's 4), widened to bf16 tiles in the
  * cache as it is used, and each block takes three tile products, not five. */
-
-/* Finds d, m and integers q (|q| <= 127) with w = d * q + m exactly (checked in double, where
- * every such product and sum is exact) for one block of 32: offset blocks (m the least value,
- * d = (greatest - least) / 15, as Q4_1 stores them) or symmetric ones (m = 0, d = the largest
- * magnitude / 127, as Q8_0 does). Returns 1 with q written, or 0. */
-static int block_scale(const float *w, float *d_out, float *m_out, int8_t *q) {
-    float lo = w[0], hi = w[0], amax = 0.0f;
-    for (int i = 0; i < TILE_K; i++) {
-        lo = w[i] < lo ? w[i] : lo;
-        hi = w[i] > hi ? w[i] : hi;
-        const float a = w[i] < 0 ? -w[i] : w[i];
-        amax = a > amax ? a : amax;
-    }
-    if (!(amax < __builtin_inff())) return 0;  /* an infinity or a NaN */
-    const double candidates[2][2] = {{((double)hi - lo) / 15.0, lo}, {amax / 127.0, 0.0}};
-    for (int c = 0; c < 2; c++) {
-        const double d = candidates[c][0], m = candidates[c][1];
-        if ((double)(float)d != d) continue;
-        int exact = 1;
-        for (int i = 0; i < TILE_K && exact; i++) {
-            const double steps = d == 0.0 ? 0.0 : __builtin_nearbyint((w[i] - m) / d);
-            exact = steps >= -127.0 && steps <= 127.0 && d * steps + m == (double)w[i];
-            q[i] = (int8_t)steps;
-        }
-        if (exact) {
-            *d_out = (float)d;
-            *m_out = (float)m;
-            return 1;
-        }
-    }
-    return 0;
-}
 
 /* Column blocks per chunk: the kernel takes a weight a chunk of columns at a time, every k block
  * of it, so a chunk's widened tiles (32 KB) stay in the cache, even for an LM head of 49,152. */

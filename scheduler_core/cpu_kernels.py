@@ -1,14 +1,16 @@
 """The CPU's fp32 projection kernels: AMX tiles where the CPU has them (`scheduler_core.amx_linear`),
-else ``F.linear`` with a oneDNN-prepacked copy of the weight; and the choice between Parallax's CPU
-kernels (these projections, `scheduler_core.decode_attention`) and plain aten ops.
+block-scaled weights read at 4 or 8 bits on AVX-512 where it has no AMX
+(`scheduler_core.block_linear`), else ``F.linear`` with a oneDNN-prepacked copy of the weight; and
+the choice between Parallax's CPU kernels (these projections, `scheduler_core.decode_attention`) and
+plain aten ops.
 
 A decode batch of a few dozen rows streams every weight from memory once per step, and the default
 CPU ``F.linear`` (MKL) repacks its weight operand on every call; oneDNN's prepacked layout is made
 once per weight and reused (docs/engine.md has the measurements). torch ships oneDNN, so this is a
 choice of kernel, not a new dependency. On one torch thread, a weight that `amx_linear` takes (the
 CPU has AMX; the weight is block-scaled, as a quantised checkpoint dequantises, or two bf16 pieces)
-goes there instead. ``PARALLAX_CPU_KERNELS=aten``
-turns every kernel off.
+goes there instead; on a CPU without AMX, a block-scaled weight goes to the AVX-512 kernel.
+``PARALLAX_CPU_KERNELS=aten`` turns every kernel off.
 
 The model calls `linear` on the plain CPU; the GPU simulator, which sees ``aten.linear`` under its
 dispatch mode, computes that op with `linear` too, so a simulated run's outputs are the plain
@@ -22,10 +24,10 @@ import torch
 import torch.nn.functional as F
 from torch.utils.weak import WeakIdKeyDictionary
 
-from scheduler_core import amx_linear
+from scheduler_core import amx_linear, block_linear
 
-CPU_KERNELS_ENV = "PARALLAX_CPU_KERNELS"  # "native" (default), "no-amx", "onednn" or "aten"
-CHOICES = ("native", "no-amx", "onednn", "aten")
+CPU_KERNELS_ENV = "PARALLAX_CPU_KERNELS"  # "native" (default), "no-amx", "no-blocks", "onednn" or "aten"
+CHOICES = ("native", "no-amx", "no-blocks", "onednn", "aten")
 # oneDNN blocks a prepacked weight for an expected number of rows; the engine's decode batches are
 # tens of rows (prefill chunks of hundreds run faster prepacked too, whatever the hint).
 _ROWS_HINT = 16
@@ -34,17 +36,24 @@ _ROWS_HINT = 16
 # 8-64 rows, prepacked time over F.linear's: a 64-wide model's projections, up to 64x256, 1.7-5.4;
 # SmolLM2's 576x576 0.92-1.24, about even; its 576x960 and larger 0.53-0.91).
 PREPACK_MIN_ELEMENTS = 1 << 18
+# The block-scaled kernel reads a weight at a fifth of fp32's bytes but rebuilds its values for every
+# 16 rows, so oneDNN's fp32 overtakes it between 32 and 64 rows (bench/block_projections.py, SmolLM2's
+# weights, one thread, AMD EPYC with AVX-512: oneDNN's time over the kernel's 1.3-1.5 at 13-16 rows,
+# 1.04-1.08 at 32, 0.87-0.92 at 64). Decode batches take it; prefill chunks stay on oneDNN.
+BLOCK_ROWS_MAX = 32
 # weight -> (its storage address and version counter when packed, {kernel: its packed copy}), the
-# kernels "onednn" and "amx" (None where AMX does not take the weight). Weakly keyed by the tensor
+# kernels "onednn", "amx" and "blocks" (None where that kernel does not take the weight). Weakly keyed by the tensor
 # object: a dropped weight drops its copies, and a weight changed in place (its version counter
 # moves) or given new storage is packed again.
 _packed: WeakIdKeyDictionary = WeakIdKeyDictionary()
 
 
 def cpu_kernels() -> str:
-    """The CPU kernels chosen: "native" (AMX projections where they apply, the prepacked ones
-    elsewhere, and the decode-attention kernel), "no-amx" (the same without AMX), "onednn" (the
-    prepacked projections only) or "aten" (torch's own ops throughout)."""
+    """The CPU kernels chosen: "native" (AMX projections where they apply, else the AVX-512
+    block-scaled ones where they apply, the prepacked ones elsewhere, and the decode-attention
+    kernel), "no-amx" (the same without AMX), "no-blocks" (neither AMX nor the block-scaled kernel:
+    prepacked projections and the decode-attention kernel), "onednn" (the prepacked projections
+    only) or "aten" (torch's own ops throughout)."""
     choice = os.environ.get(CPU_KERNELS_ENV, "native")
     if choice not in CHOICES:
         raise ValueError(f"{CPU_KERNELS_ENV}={choice!r}: expected one of {', '.join(CHOICES)}")
@@ -59,7 +68,7 @@ def prepacked_projections() -> bool:
 def native_decode_attention() -> bool:
     """Whether decode attention may use `scheduler_core.decode_attention` (it also checks, per call,
     that it applies and was built)."""
-    return cpu_kernels() in ("native", "no-amx")
+    return cpu_kernels() in ("native", "no-amx", "no-blocks")
 
 
 def applies(x: torch.Tensor, weight: torch.Tensor) -> bool:
@@ -70,8 +79,9 @@ def applies(x: torch.Tensor, weight: torch.Tensor) -> bool:
 
 
 def linear(x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
-    """``F.linear(x, weight)`` (no bias): on AMX tiles or with the weight's oneDNN-prepacked copy
-    where `applies`, else F.linear itself."""
+    """``F.linear(x, weight)`` (no bias): where `applies`, on AMX tiles, on the AVX-512 block-scaled
+    kernel or with the weight's oneDNN-prepacked copy (the first that takes the weight), else
+    F.linear itself."""
     if not applies(x, weight):
         return F.linear(x, weight)
     key = (weight.data_ptr(), weight._version)
@@ -79,11 +89,18 @@ def linear(x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
     if entry is None or entry[0] != key:
         entry = _packed[weight] = (key, {})
     copies = entry[1]
-    if torch.get_num_threads() == 1 and cpu_kernels() == "native":
-        if "amx" not in copies:
-            copies["amx"] = amx_linear.pack(weight)
-        if copies["amx"] is not None:
-            return amx_linear.linear(x, copies["amx"])
+    choice = cpu_kernels()
+    if torch.get_num_threads() == 1 and choice in ("native", "no-amx"):
+        if choice == "native":
+            if "amx" not in copies:
+                copies["amx"] = amx_linear.pack(weight)
+            if copies["amx"] is not None:
+                return amx_linear.linear(x, copies["amx"])
+        if x.numel() <= BLOCK_ROWS_MAX * x.shape[-1]:
+            if "blocks" not in copies:
+                copies["blocks"] = block_linear.pack(weight)
+            if copies["blocks"] is not None:
+                return block_linear.linear(x, copies["blocks"])
     if "onednn" not in copies:
         copies["onednn"] = torch.ops.mkldnn._reorder_linear_weight(weight.detach(), _ROWS_HINT)
     return torch.ops.mkldnn._linear_pointwise(x, copies["onednn"], None, "none", [], "")

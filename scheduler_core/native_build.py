@@ -2,10 +2,11 @@
 library, compiled on first use with the machine's C compiler (``$CC``, else ``cc``; a fraction of
 a second) into a cache directory (``$PARALLAX_KERNEL_CACHE``, else
 ``$XDG_CACHE_HOME/parallax/kernels``, else ``~/.cache/...``), named by a hash of the source, the
-flags, the compiler and the CPU, so a changed source or another CPU builds its own copy.
+flags, the compiler and the CPU, so a changed source or another CPU builds its own copy. A header
+the source includes by name (``#include "x.h"``, beside the source) is part of the hash.
 
-Used by `scheduler_core.decode_attention` and `scheduler_core.amx_linear`; each keeps its own
-source, flags and fallback.
+Used by `scheduler_core.decode_attention`, `scheduler_core.amx_linear` and
+`scheduler_core.block_linear`; each keeps its own source, flags and fallback.
 """
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ import hashlib
 import logging
 import os
 import platform
+import re
 import shutil
 import subprocess
 import tempfile
@@ -47,6 +49,21 @@ def cpu_flags_line() -> str:
     return ""
 
 
+_LOCAL_INCLUDE = re.compile(rb'^[ \t]*#[ \t]*include[ \t]*"([^"]+)"', re.MULTILINE)
+
+
+def _source_with_headers(source_path: Path) -> bytes:
+    """The source's bytes followed by those of each header it includes by name from its own
+    directory, so that changing a shared header builds the kernel again."""
+    source = source_path.read_bytes()
+    parts = [source]
+    for name in _LOCAL_INCLUDE.findall(source):
+        header = source_path.parent / name.decode()
+        if header.is_file():
+            parts.append(header.read_bytes())
+    return b"\0".join(parts)
+
+
 def _cpu_identity() -> str:
     """What -march=native compiles for: the machine and its CPU's feature flags."""
     return platform.machine() + (cpu_flags_line() or platform.processor())
@@ -60,7 +77,7 @@ def build(source_path: Path, flags: tuple[str, ...], compiler: str | None = None
     found = shutil.which(compiler)
     if found is None:
         raise KernelUnavailable(f"no C compiler {compiler!r} on PATH (set CC)")
-    source = source_path.read_bytes()
+    source = _source_with_headers(source_path)
     digest = hashlib.sha256(b"\0".join([source, " ".join(flags).encode(), found.encode(),
                                         _cpu_identity().encode()])).hexdigest()[:16]
     directory = directory or cache_dir()

@@ -12,43 +12,10 @@ import torch.nn.functional as F
 
 from scheduler_core import amx_linear, cpu_kernels, native_build
 from scheduler_core.cpu_kernels import CPU_KERNELS_ENV
+from tests.support.weights import WEIGHTS, block_weight, rms_error, two_piece_weight
 
 # Only a CPU without AMX skips: where it has AMX, a kernel that fails to build fails these tests.
 needs_amx = pytest.mark.skipif(not amx_linear.cpu_has_amx(), reason="this CPU has no AMX bf16 tiles")
-
-
-def _two_piece_weight(out_features: int, in_features: int, seed: int = 0) -> torch.Tensor:
-    """Values of 16 significand bits, as the GGUF's quantised projections are: two bf16 pieces."""
-    g = torch.Generator().manual_seed(seed)
-    coarse = (torch.randn(out_features, in_features, generator=g) * 0.05).bfloat16().float()
-    fine = (torch.randn(out_features, in_features, generator=g) * 0.05 / 512).bfloat16().float()
-    return coarse + fine
-
-
-def _block_weight(out_features: int, in_features: int, symmetric: bool = False, seed: int = 0) -> torch.Tensor:
-    """A weight as a quantised checkpoint dequantises it: per 32 values of a row, d * q + m with
-    fp16 d and m, q in 0..15 (GGUF's Q4_1), or m = 0 and q in -127..127 (Q8_0)."""
-    g = torch.Generator().manual_seed(seed)
-    blocks = (out_features, in_features // 32, 1)
-    if symmetric:
-        q = torch.randint(-127, 128, (*blocks[:2], 32), generator=g)
-        q[..., 0] = 127  # Q8_0 maps each block's largest magnitude to +-127
-        d = (torch.rand(blocks, generator=g) * 0.002).half().float()
-        return (d * q).reshape(out_features, in_features)
-    q = torch.randint(0, 16, (*blocks[:2], 32), generator=g)
-    q[..., 0], q[..., 1] = 0, 15  # Q4_1 maps each block's least value to 0 and its greatest to 15
-    d = (torch.rand(blocks, generator=g) * 0.01).half().float()
-    m = (-torch.rand(blocks, generator=g) * 0.08).half().float()
-    return (d * q + m).reshape(out_features, in_features)
-
-
-WEIGHTS = {"q4_1-like blocks": lambda n, k: _block_weight(n, k), "q8_0-like blocks": lambda n, k: _block_weight(n, k, True),
-           "two bf16 pieces": _two_piece_weight}
-
-
-def _rms_error(result: torch.Tensor, x: torch.Tensor, weight: torch.Tensor) -> float:
-    exact = x.double() @ weight.double().T
-    return float(((result.double() - exact) ** 2).mean().sqrt())
 
 
 @needs_amx
@@ -60,7 +27,7 @@ def test_the_product_is_as_accurate_as_an_fp32_matmul(kind: str) -> None:
     assert packed.bits == {"q4_1-like blocks": 4, "q8_0-like blocks": 8, "two bf16 pieces": 16}[kind]
     # An fp32 matmul's error against the exact product is its rounding, about 2^-24 per term; one
     # bf16 piece fewer of x (x3 dropped) would be 2^-18 per term, far over twice fp32's.
-    assert _rms_error(amx_linear.linear(x, packed), x, weight) < 2 * _rms_error(F.linear(x, weight), x, weight)
+    assert rms_error(amx_linear.linear(x, packed), x, weight) < 2 * rms_error(F.linear(x, weight), x, weight)
 
 
 @needs_amx
@@ -68,7 +35,7 @@ def test_a_weight_of_three_pieces_is_exact_enough_where_allowed() -> None:
     weight, x = torch.randn(1536, 576) * 0.05, torch.randn(16, 576)
     packed = amx_linear.pack(weight, max_pieces=3)
     assert packed is not None and packed.pieces == 3
-    assert _rms_error(amx_linear.linear(x, packed), x, weight) < 2 * _rms_error(F.linear(x, weight), x, weight)
+    assert rms_error(amx_linear.linear(x, packed), x, weight) < 2 * rms_error(F.linear(x, weight), x, weight)
 
 
 @needs_amx
@@ -86,7 +53,7 @@ def test_a_row_gives_the_same_bits_in_any_batch(kind: str) -> None:
 
 @needs_amx
 def test_an_lm_head_wider_than_a_chunk_of_columns_is_whole() -> None:
-    weight, x = _block_weight(49152 // 8 + 16, 576, symmetric=True), torch.randn(5, 576)  # 385 column blocks
+    weight, x = block_weight(49152 // 8 + 16, 576, symmetric=True), torch.randn(5, 576)  # 385 column blocks
     packed = amx_linear.pack(weight)
     assert packed is not None and packed.scales is not None
     torch.testing.assert_close(amx_linear.linear(x, packed), F.linear(x, weight), rtol=1e-4, atol=1e-4)
@@ -94,7 +61,7 @@ def test_an_lm_head_wider_than_a_chunk_of_columns_is_whole() -> None:
 
 @needs_amx
 def test_leading_dimensions_are_kept() -> None:
-    weight = _block_weight(576, 576)
+    weight = block_weight(576, 576)
     packed = amx_linear.pack(weight)
     x = torch.randn(3, 5, 576)
     result = amx_linear.linear(x, packed)
@@ -119,10 +86,10 @@ def test_infinities_and_nans_reach_only_their_own_row(kind: str) -> None:
 @needs_amx
 def test_weights_it_does_not_take_are_refused() -> None:
     assert amx_linear.pack(torch.randn(1536, 576)) is None  # not block-scaled, needs a third bf16 piece
-    assert amx_linear.pack(_block_weight(1530, 576)) is None  # not whole 16-column tiles
-    assert amx_linear.pack(_block_weight(1536, 570 + 6)[:, :570]) is None  # not whole 32-wide k tiles
-    assert amx_linear.pack(_block_weight(1536, 576).double()) is None
-    nearly = _block_weight(1536, 576)
+    assert amx_linear.pack(block_weight(1530, 576)) is None  # not whole 16-column tiles
+    assert amx_linear.pack(block_weight(1536, 570 + 6)[:, :570]) is None  # not whole 32-wide k tiles
+    assert amx_linear.pack(block_weight(1536, 576).double()) is None
+    nearly = block_weight(1536, 576)
     nearly[100, 200] = torch.nextafter(nearly[100, 200], torch.tensor(1.0))  # one value off its block's grid
     packed = amx_linear.pack(nearly, max_pieces=3)
     assert packed is not None and packed.scales is None  # so the whole weight goes to the pieces
@@ -130,7 +97,7 @@ def test_weights_it_does_not_take_are_refused() -> None:
 
 @needs_amx
 def test_an_input_that_does_not_fit_the_weight_is_refused_by_shape() -> None:
-    packed = amx_linear.pack(_two_piece_weight(576, 576))
+    packed = amx_linear.pack(two_piece_weight(576, 576))
     with pytest.raises(ValueError, match=r"x \(4, 512\) torch.float32 on cpu does not fit a 576x576 fp32 weight"):
         amx_linear.linear(torch.randn(4, 512), packed)
 
@@ -138,7 +105,7 @@ def test_an_input_that_does_not_fit_the_weight_is_refused_by_shape() -> None:
 @needs_amx
 @pytest.mark.usefixtures("one_torch_thread")
 def test_the_engine_multiplies_on_amx_on_one_thread_only(monkeypatch: pytest.MonkeyPatch) -> None:
-    weight, x = _block_weight(1536, 576), torch.randn(16, 576)
+    weight, x = block_weight(1536, 576), torch.randn(16, 576)
     packed = amx_linear.pack(weight)
     expected = amx_linear.linear(x, packed)
     monkeypatch.setenv(CPU_KERNELS_ENV, "native")
@@ -158,7 +125,7 @@ def test_the_engine_multiplies_on_amx_on_one_thread_only(monkeypatch: pytest.Mon
 @pytest.mark.usefixtures("one_torch_thread")
 def test_a_weight_changed_in_place_is_packed_again_for_amx(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv(CPU_KERNELS_ENV, "native")
-    weight, x = _block_weight(1536, 576), torch.randn(8, 576)
+    weight, x = block_weight(1536, 576), torch.randn(8, 576)
     before = cpu_kernels.linear(x, weight)
     with torch.no_grad():
         weight.mul_(-4.0)  # a power of two: still block-scaled (d and m times -4, the least value now the greatest)
@@ -176,9 +143,9 @@ def test_without_amx_the_kernel_says_why_and_projections_stay_on_onednn(
     try:
         with caplog.at_level(logging.INFO, logger="scheduler_core.amx_linear"):
             assert amx_linear.library() is None
-            assert amx_linear.pack(_two_piece_weight(1536, 576)) is None
+            assert amx_linear.pack(two_piece_weight(1536, 576)) is None
         assert "this CPU has no AMX bf16 tiles" in caplog.text
-        weight, x = _two_piece_weight(1536, 576), torch.randn(8, 576)
+        weight, x = two_piece_weight(1536, 576), torch.randn(8, 576)
         torch.testing.assert_close(cpu_kernels.linear(x, weight), F.linear(x, weight), rtol=1e-4, atol=1e-3)
     finally:
         amx_linear.library.cache_clear()
@@ -188,7 +155,7 @@ def test_without_amx_the_kernel_says_why_and_projections_stay_on_onednn(
 def test_a_forked_process_multiplies_on_the_tile_state_it_inherits() -> None:
     # Runners fork each job from one interpreter (docs/runner.md): Linux's grant of the AMX tile state
     # must carry over, or the child's first tile instruction would kill it.
-    weight, x = _block_weight(576, 576), torch.randn(4, 576)
+    weight, x = block_weight(576, 576), torch.randn(4, 576)
     packed = amx_linear.pack(weight)
     expected = amx_linear.linear(x, packed)
     child = os.fork()
@@ -202,7 +169,7 @@ def test_a_forked_process_multiplies_on_the_tile_state_it_inherits() -> None:
 def test_a_value_near_the_largest_fp32_is_split_without_overflowing() -> None:
     # Two-piece weights only: block-scaled ones add q * x before scaling by d, which overflows for
     # |x| beyond about 8e34 (FLT_MAX / (127 * 32)), far above any model's activations (docs/engine.md).
-    weight = _two_piece_weight(576, 576)
+    weight = two_piece_weight(576, 576)
     x = torch.randn(2, 576) * 1e-3
     x[0, 3] = 3.4e38  # above the largest bf16 (3.39e38): rounded to the nearest bf16 it would be infinite
     result = amx_linear.linear(x, amx_linear.pack(weight))

@@ -77,5 +77,5 @@ def test_a_model_that_ran_prepacked_still_pickles_and_packs_again_after() -> Non
 
 def test_an_unknown_kernel_choice_is_refused_by_name(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv(CPU_KERNELS_ENV, "mkl")
-    with pytest.raises(ValueError, match="PARALLAX_CPU_KERNELS='mkl': expected one of native, no-amx, onednn, aten"):
+    with pytest.raises(ValueError, match="PARALLAX_CPU_KERNELS='mkl': expected one of native, no-amx, no-blocks, onednn, aten"):
         cpu_kernels()

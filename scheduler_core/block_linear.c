@@ -1,0 +1,144 @@
+/* fp32 projections on AVX-512 FMAs with block-scaled weights read at 4 or 8 bits
+ * (scheduler_core/block_linear.py).
+ *
+ * out[r, c] = sum_k x[r, k] * w[c, k] for a weight whose every 32 values of a row are d * q + m
+ * exactly (block_scale.h), as a quantised checkpoint dequantises. The weight is kept as its q
+ * (4 bits where every q lies in 0..15, else 8) with d and m per block: 0.75 or 1.25 bytes per value
+ * against fp32's 4. A decode batch of a few dozen rows streams every weight from memory once per
+ * step; where the CPU's FMAs outrun its memory, that stream is the step's floor, and reading it at a
+ * fifth of the bytes moves the floor. Each value is rebuilt in a register as fma(q, d, m), which is
+ * w exactly (d * q + m is representable, so its one rounding changes nothing), and then multiplied
+ * and added in fp32 like any fp32 matmul: the result differs from oneDNN's only in the order of the
+ * additions. Each row adds its products in k order, whatever the other rows of the call, so a row's
+ * result does not depend on its batch.
+ *
+ * Written by hand because no library installable here multiplies fp32 activations by 4-bit weights
+ * in fp32 on the CPU (torch's int4 CPU kernel takes bf16 activations; oneDNN's fp32 inner product
+ * reads fp32 weights). Single-threaded: the engine uses it on one torch thread.
+ */
+#include <immintrin.h>
+#include <stdint.h>
+#include <string.h>
+
+#include "block_scale.h"
+
+#define COLUMNS 16   /* columns of out per column block: 16 fp32, one register */
+#define MAX_ROWS 16  /* rows of x per pass over a column block: one accumulator register each */
+#define PREFETCH_BLOCKS 8  /* how far ahead, in k blocks, the weight is asked for from memory */
+
+/* Bytes of one k block of one column block in the packed layout: the q of 32 k x 16 columns, then
+ * the 16 d and the 16 m. */
+static inline int64_t block_bytes(int bits) {
+    return SCALE_BLOCK * COLUMNS * bits / 8 + 2 * COLUMNS * (int64_t)sizeof(float);
+}
+
+/* Finds every block's d, m and q for w [n, k] (k % 32 == 0): q [n, k] int8 and scales [n, k / 32, 2]
+ * (d, m). Returns 4 where every q lies in 0..15, 8 where some do not, 0 where some block has no
+ * exact d, m and q (then nothing written is usable). */
+int parallax_blocks_find(const float *w, int64_t n, int64_t k, int8_t *q, float *scales) {
+    int narrow = 1;
+    for (int64_t row = 0; row < n; row++)
+        for (int64_t kb = 0; kb < k / SCALE_BLOCK; kb++) {
+            const int64_t at = row * k + kb * SCALE_BLOCK;
+            float *d_m = scales + 2 * (row * (k / SCALE_BLOCK) + kb);
+            if (!block_scale(w + at, &d_m[0], &d_m[1], q + at)) return 0;
+            for (int i = 0; i < SCALE_BLOCK; i++) narrow &= q[at + i] >= 0 && q[at + i] <= 15;
+        }
+    return narrow ? 4 : 8;
+}
+
+/* The packed layout (n % 16 == 0, k % 32 == 0), read front to back by parallax_blocks_linear: for
+ * each column block, for each k block, block_bytes(bits) bytes:
+ * - 8 bits: 32 groups of 16 bytes, group kk byte c = q of column c at k kk;
+ * - 4 bits: 16 groups of 16 bytes, group g byte c = q of column c at k 2g (low half) and 2g + 1 (high);
+ * then 16 d and 16 m (fp32), one per column. */
+void parallax_blocks_layout(const int8_t *q, const float *scales, int64_t n, int64_t k, int bits, uint8_t *out) {
+    const int64_t k_blocks = k / SCALE_BLOCK;
+    for (int64_t nb = 0; nb < n / COLUMNS; nb++)
+        for (int64_t kb = 0; kb < k_blocks; kb++, out += block_bytes(bits)) {
+            float *d = (float *)(out + SCALE_BLOCK * COLUMNS * bits / 8), *m = d + COLUMNS;
+            for (int c = 0; c < COLUMNS; c++) {
+                const int64_t row = nb * COLUMNS + c;
+                const int8_t *block = q + row * k + kb * SCALE_BLOCK;
+                for (int kk = 0; kk < SCALE_BLOCK; kk++) {
+                    if (bits == 8)
+                        out[kk * COLUMNS + c] = (uint8_t)block[kk];
+                    else if (kk % 2 == 0)
+                        out[(kk / 2) * COLUMNS + c] = (uint8_t)(block[kk] | (block[kk + 1] << 4));
+                }
+                d[c] = scales[2 * (row * k_blocks + kb)];
+                m[c] = scales[2 * (row * k_blocks + kb) + 1];
+            }
+        }
+}
+
+/* acc[r] += x[r, kk] * w, for the ROWS rows of x (their rows k apart). */
+#define ADD_PRODUCTS(ROWS, acc, x, k, kk, w)                                        \
+    do {                                                                            \
+        for (int r = 0; r < (ROWS); r++)                                            \
+            acc[r] = _mm512_fmadd_ps(_mm512_set1_ps((x)[r * (k) + (kk)]), (w), acc[r]); \
+    } while (0)
+
+/* One column block for ROWS rows of x (a constant where it is inlined, so acc stays in registers):
+ * out's ROWS x 16 values, every k block's values rebuilt in registers as they are used. */
+static inline __attribute__((always_inline)) void column_block(const int rows, const float *x, int64_t k,
+                                                               const uint8_t *block, int bits, float *out,
+                                                               int64_t n) {
+    __m512 acc[MAX_ROWS];
+    for (int r = 0; r < rows; r++) acc[r] = _mm512_setzero_ps();
+    const int64_t stride = block_bytes(bits);
+    const __m512i low_half = _mm512_set1_epi32(0x0f);
+    for (int64_t kb = 0; kb < k / SCALE_BLOCK; kb++, block += stride) {
+        const float *scales = (const float *)(block + SCALE_BLOCK * COLUMNS * bits / 8);
+        const __m512 d = _mm512_loadu_ps(scales), m = _mm512_loadu_ps(scales + COLUMNS);
+        const float *xk = x + kb * SCALE_BLOCK;
+        /* Every line of the k block 8 blocks on (3 or 5 KB ahead): the hardware prefetcher alone
+         * kept a 13-row LM head at half its speed (bench/block_projections.py). */
+        for (int64_t line = 0; line < stride; line += 64)
+            _mm_prefetch((const char *)(block + PREFETCH_BLOCKS * stride + line), _MM_HINT_T0);
+        if (bits == 4) {
+            for (int g = 0; g < SCALE_BLOCK / 2; g++) {
+                const __m512i q = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(block + g * COLUMNS)));
+                const __m512 even = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_and_si512(q, low_half)), d, m);
+                const __m512 odd = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_srli_epi32(q, 4)), d, m);
+                ADD_PRODUCTS(rows, acc, xk, k, 2 * g, even);
+                ADD_PRODUCTS(rows, acc, xk, k, 2 * g + 1, odd);
+            }
+        } else {
+            for (int kk = 0; kk < SCALE_BLOCK; kk++) {
+                const __m512i q = _mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)(block + kk * COLUMNS)));
+                const __m512 w = _mm512_fmadd_ps(_mm512_cvtepi32_ps(q), d, m);
+                ADD_PRODUCTS(rows, acc, xk, k, kk, w);
+            }
+        }
+    }
+    for (int r = 0; r < rows; r++) _mm512_storeu_ps(out + r * n, acc[r]);
+}
+
+#define ROWS_CASE(R) \
+    case R: column_block(R, x, k, block, bits, out, n); break;
+
+/* out [m, n] = x [m, k] . w^T for a weight packed by parallax_blocks_layout with `bits` bits. Column
+ * blocks on the outside: a block's weights come from memory once, and from the cache for each
+ * further 16 rows. */
+void parallax_blocks_linear(const float *x, int64_t m, int64_t k, const uint8_t *packed, int bits, int64_t n,
+                            float *out) {
+    const int64_t column_stride = (k / SCALE_BLOCK) * block_bytes(bits);
+    for (int64_t nb = 0; nb < n / COLUMNS; nb++) {
+        const uint8_t *block = packed + nb * column_stride;
+        for (int64_t r0 = 0; r0 < m; r0 += MAX_ROWS) {
+            const int rows = m - r0 < MAX_ROWS ? (int)(m - r0) : MAX_ROWS;
+            const float *x_rows = x + r0 * k;
+            float *out_rows = out + r0 * n + nb * COLUMNS;
+            {
+                const float *x = x_rows;
+                float *out = out_rows;
+                switch (rows) {
+                    ROWS_CASE(1) ROWS_CASE(2) ROWS_CASE(3) ROWS_CASE(4) ROWS_CASE(5) ROWS_CASE(6)
+                    ROWS_CASE(7) ROWS_CASE(8) ROWS_CASE(9) ROWS_CASE(10) ROWS_CASE(11) ROWS_CASE(12)
+                    ROWS_CASE(13) ROWS_CASE(14) ROWS_CASE(15) ROWS_CASE(16)
+                }
+            }
+        }
+    }
+}
