@@ -13,8 +13,6 @@ bench/results/block_projections.json.
 """
 from __future__ import annotations
 
-import argparse
-import json
 import sys
 from pathlib import Path
 
@@ -23,31 +21,16 @@ import torch
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from bench.amx_projections import PROJECTIONS, per_call_us, rms_error  # noqa: E402
+from bench.amx_projections import cold_and_hot_us, onednn_linear, parse_rows, rms_error, smollm2_weights, write_results  # noqa: E402
 from scheduler_core import block_linear  # noqa: E402
-from scheduler_core.jobs.results import current_commit  # noqa: E402
-from scheduler_core.model.loader import load_model  # noqa: E402
-
-
-def onednn_linear(x: torch.Tensor, packed: torch.Tensor) -> torch.Tensor:
-    return torch.ops.mkldnn._linear_pointwise(x, packed, None, "none", [], "")
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--rows", type=int, nargs="+", default=[13, 256],
-                        help="rows of x: 13 is the mean decode batch of bench/engine_vs_transformers.py")
-    args = parser.parse_args()
-    if min(args.rows) < 1:
-        parser.error(f"--rows must be at least 1, got {min(args.rows)}")
+    rows_to_measure = parse_rows(__doc__.split("\n\n")[0])
     if block_linear.library() is None:
         raise SystemExit("this machine cannot run the block-scaled kernel (no AVX-512, or it did not build): "
                          "see the log line above")
-    torch.set_num_threads(1)
-    model = load_model("smollm2-135m").model
-    weights = {name: [layer.get_submodule(path).weight.detach() for layer in model.layers]
-               for name, path in PROJECTIONS.items()}
-    weights["lm_head"] = [model.embed_tokens.weight.detach()]
+    weights = smollm2_weights()
     results = []
     print(f"{'weight':>8} {'rows':>5} {'bits':>4} {'blocks cold us':>15} {'oneDNN cold us':>15} {'ratio':>6} "
           f"{'blocks hot us':>14} {'oneDNN hot us':>14} {'blocks rms err':>15} {'oneDNN rms err':>15}")
@@ -57,13 +40,11 @@ def main() -> None:
         if any(p is None for p in packs):
             print(f"{name:>8}: not block-scaled, the kernel does not take it", file=sys.stderr)
             continue
-        for rows in args.rows:
+        for rows in rows_to_measure:
             x = torch.randn(rows, layers[0].shape[1])
             exact = x.double() @ layers[0].double().T
-            onednn_cold = per_call_us([lambda p=p: onednn_linear(x, p) for p in onednn])
-            onednn_hot = per_call_us([lambda: onednn_linear(x, onednn[0])] * len(onednn))
-            cold = per_call_us([lambda p=p: block_linear.linear(x, p) for p in packs])
-            hot = per_call_us([lambda: block_linear.linear(x, packs[0])] * len(packs))
+            onednn_cold, onednn_hot = cold_and_hot_us(lambda p: onednn_linear(x, p), onednn)
+            cold, hot = cold_and_hot_us(lambda p: block_linear.linear(x, p), packs)
             row = {"weight": name, "shape": list(layers[0].shape), "rows": rows, "bits": packs[0].bits,
                    "blocks_cold_us": cold, "onednn_cold_us": onednn_cold, "blocks_hot_us": hot,
                    "onednn_hot_us": onednn_hot, "blocks_rms_error": rms_error(block_linear.linear(x, packs[0]), exact),
@@ -71,10 +52,7 @@ def main() -> None:
             results.append(row)
             print(f"{name:>8} {rows:>5} {packs[0].bits:>4} {cold:>15.0f} {onednn_cold:>15.0f} {onednn_cold / cold:>6.2f} "
                   f"{hot:>14.0f} {onednn_hot:>14.0f} {row['blocks_rms_error']:>15.2e} {row['onednn_rms_error']:>15.2e}")
-    out = REPO / "bench" / "results" / "block_projections.json"
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps({"commit": current_commit(), "rows": results}, indent=1))
-    print(f"written to {out}", file=sys.stderr)
+    write_results("block_projections", results)
 
 
 if __name__ == "__main__":

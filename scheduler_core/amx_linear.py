@@ -35,6 +35,7 @@ from pathlib import Path
 import torch
 
 from scheduler_core import native_build
+from scheduler_core.kernel_operands import fp32_rows
 from scheduler_core.native_build import KernelUnavailable
 
 log = logging.getLogger(__name__)
@@ -150,12 +151,8 @@ def linear(x: torch.Tensor, packed: PackedWeight) -> torch.Tensor:
     """``x @ weight.T`` for fp32 x [..., in_features] on the CPU, the weight packed by `pack`."""
     lib = library()
     assert lib is not None, "amx_linear.linear called where the kernel was not built"
-    if x.dtype != torch.float32 or x.device.type != "cpu" or x.shape[-1] != packed.in_features:
-        raise ValueError(f"amx_linear: x {tuple(x.shape)} {x.dtype} on {x.device} does not fit a "
-                         f"{packed.out_features}x{packed.in_features} fp32 weight")
-    rows = x.reshape(-1, packed.in_features).contiguous()
+    rows, out = fp32_rows(x, packed.in_features, packed.out_features, "amx_linear")
     m = rows.shape[0]
-    out = torch.empty((m, packed.out_features), dtype=torch.float32)
     if m:
         padded = -(-m // TILE_ROWS) * TILE_ROWS
         scratch = torch.empty(3 * padded * packed.in_features, dtype=torch.int16)

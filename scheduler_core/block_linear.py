@@ -30,6 +30,7 @@ from pathlib import Path
 import torch
 
 from scheduler_core import native_build
+from scheduler_core.kernel_operands import fp32_rows
 from scheduler_core.native_build import KernelUnavailable
 
 log = logging.getLogger(__name__)
@@ -106,11 +107,7 @@ def linear(x: torch.Tensor, packed: BlockWeight) -> torch.Tensor:
     """``x @ weight.T`` for fp32 x [..., in_features] on the CPU, the weight packed by `pack`."""
     lib = library()
     assert lib is not None, "block_linear.linear called where the kernel was not built"
-    if x.dtype != torch.float32 or x.device.type != "cpu" or x.shape[-1] != packed.in_features:
-        raise ValueError(f"block_linear: x {tuple(x.shape)} {x.dtype} on {x.device} does not fit a "
-                         f"{packed.out_features}x{packed.in_features} fp32 weight")
-    rows = x.reshape(-1, packed.in_features).contiguous()
-    out = torch.empty((rows.shape[0], packed.out_features), dtype=torch.float32)
+    rows, out = fp32_rows(x, packed.in_features, packed.out_features, "block_linear")
     if rows.shape[0]:
         lib.parallax_blocks_linear(rows.data_ptr(), rows.shape[0], packed.in_features, packed.data.data_ptr(),
                                    packed.bits, packed.out_features, out.data_ptr())

@@ -3,16 +3,23 @@ Q4_1 and Q8_0 dequantise) and for weights of two bf16 pieces; rows independent o
 weights it refuses; and the engine's choice of it (one thread, "native", a weight it takes)."""
 from __future__ import annotations
 
-import logging
 import os
 
 import pytest
 import torch
 import torch.nn.functional as F
 
-from scheduler_core import amx_linear, cpu_kernels, native_build
+from scheduler_core import amx_linear, cpu_kernels
 from scheduler_core.cpu_kernels import CPU_KERNELS_ENV
-from tests.support.weights import WEIGHTS, block_weight, rms_error, two_piece_weight
+from tests.support.weights import (
+    WEIGHTS,
+    block_weight,
+    check_packed_again_after_an_in_place_change,
+    check_rows_independent_of_their_batch,
+    check_the_kernel_serves_one_torch_thread_only,
+    rms_error,
+    two_piece_weight,
+)
 
 # Only a CPU without AMX skips: where it has AMX, a kernel that fails to build fails these tests.
 needs_amx = pytest.mark.skipif(not amx_linear.cpu_has_amx(), reason="this CPU has no AMX bf16 tiles")
@@ -44,11 +51,7 @@ def test_a_row_gives_the_same_bits_in_any_batch(kind: str) -> None:
     weight = WEIGHTS[kind](960, 576)
     packed = amx_linear.pack(weight)
     assert packed is not None
-    x = torch.randn(37, 576)  # two whole tiles of rows and a partial one
-    together = amx_linear.linear(x, packed)
-    for m in (1, 13, 16, 17):
-        assert torch.equal(amx_linear.linear(x[:m], packed), together[:m])
-    assert torch.equal(amx_linear.linear(x[20:21], packed), together[20:21])
+    check_rows_independent_of_their_batch(lambda x: amx_linear.linear(x, packed), 576)
 
 
 @needs_amx
@@ -109,14 +112,7 @@ def test_the_engine_multiplies_on_amx_on_one_thread_only(monkeypatch: pytest.Mon
     packed = amx_linear.pack(weight)
     expected = amx_linear.linear(x, packed)
     monkeypatch.setenv(CPU_KERNELS_ENV, "native")
-    assert torch.equal(cpu_kernels.linear(x, weight), expected)
-    torch.set_num_threads(2)
-    try:
-        two_threads = cpu_kernels.linear(x, weight)
-    finally:
-        torch.set_num_threads(1)
-    assert not torch.equal(two_threads, expected)  # oneDNN's fp32 sum, another rounding
-    torch.testing.assert_close(two_threads, expected, rtol=1e-4, atol=1e-4)
+    check_the_kernel_serves_one_torch_thread_only(x, weight, expected)
     monkeypatch.setenv(CPU_KERNELS_ENV, "no-amx")
     assert not torch.equal(cpu_kernels.linear(x, weight), expected)
 
@@ -125,30 +121,7 @@ def test_the_engine_multiplies_on_amx_on_one_thread_only(monkeypatch: pytest.Mon
 @pytest.mark.usefixtures("one_torch_thread")
 def test_a_weight_changed_in_place_is_packed_again_for_amx(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv(CPU_KERNELS_ENV, "native")
-    weight, x = block_weight(1536, 576), torch.randn(8, 576)
-    before = cpu_kernels.linear(x, weight)
-    with torch.no_grad():
-        weight.mul_(-4.0)  # a power of two: still block-scaled (d and m times -4, the least value now the greatest)
-    after = cpu_kernels.linear(x, weight)
-    assert torch.equal(after, amx_linear.linear(x, amx_linear.pack(weight)))
-    # Scaled by -4 the greatest value becomes the least and each block is found again with other q,
-    # so the sums are not exactly -4 times; a stale packed copy would be off by the whole factor.
-    torch.testing.assert_close(after, before * -4.0, rtol=1e-4, atol=1e-4)
-
-
-def test_without_amx_the_kernel_says_why_and_projections_stay_on_onednn(
-        monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
-    monkeypatch.setattr(native_build, "cpu_flags_line", lambda: "flags\t\t: fpu sse2 avx2 avx512f")
-    amx_linear.library.cache_clear()
-    try:
-        with caplog.at_level(logging.INFO, logger="scheduler_core.amx_linear"):
-            assert amx_linear.library() is None
-            assert amx_linear.pack(two_piece_weight(1536, 576)) is None
-        assert "this CPU has no AMX bf16 tiles" in caplog.text
-        weight, x = two_piece_weight(1536, 576), torch.randn(8, 576)
-        torch.testing.assert_close(cpu_kernels.linear(x, weight), F.linear(x, weight), rtol=1e-4, atol=1e-3)
-    finally:
-        amx_linear.library.cache_clear()
+    check_packed_again_after_an_in_place_change(lambda x, weight: amx_linear.linear(x, amx_linear.pack(weight)))
 
 
 @needs_amx

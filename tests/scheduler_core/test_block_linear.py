@@ -4,7 +4,6 @@ choice of it (one thread, "native" or "no-amx", a weight it takes), and a shared
 rebuilds every kernel including it."""
 from __future__ import annotations
 
-import logging
 from pathlib import Path
 
 import pytest
@@ -13,7 +12,7 @@ import torch.nn.functional as F
 
 from scheduler_core import block_linear, cpu_kernels, native_build
 from scheduler_core.cpu_kernels import CPU_KERNELS_ENV
-from tests.support.weights import block_weight, rms_error, two_piece_weight
+from tests.support import weights
 
 # Only a CPU without AVX-512 skips: where it has it, a kernel that fails to build fails these tests.
 needs_avx512 = pytest.mark.skipif(not block_linear.cpu_has_avx512(), reason="this CPU has no AVX-512")
@@ -23,19 +22,19 @@ BLOCKS = {"q4_1-like": False, "q8_0-like": True}
 @needs_avx512
 @pytest.mark.parametrize("kind", BLOCKS)
 def test_the_product_is_as_accurate_as_an_fp32_matmul(kind: str) -> None:
-    weight, x = block_weight(1536, 576, symmetric=BLOCKS[kind]), torch.randn(16, 576)
+    weight, x = weights.block_weight(1536, 576, symmetric=BLOCKS[kind]), torch.randn(16, 576)
     packed = block_linear.pack(weight)
     assert packed is not None and packed.bits == {"q4_1-like": 4, "q8_0-like": 8}[kind]
     assert packed.data.numel() == weight.numel() * {"q4_1-like": 0.75, "q8_0-like": 1.25}[kind]
     # The kernel adds each row's products one after another, oneDNN in blocks: both are an fp32
     # sum's rounding of the exact product, a weight value off by one q step would be far over.
-    assert rms_error(block_linear.linear(x, packed), x, weight) < 2 * rms_error(F.linear(x, weight), x, weight)
+    assert weights.rms_error(block_linear.linear(x, packed), x, weight) < 2 * weights.rms_error(F.linear(x, weight), x, weight)
 
 
 @needs_avx512
 @pytest.mark.parametrize("kind", BLOCKS)
 def test_the_weights_are_rebuilt_exactly(kind: str) -> None:
-    weight = block_weight(64, 96, symmetric=BLOCKS[kind])
+    weight = weights.block_weight(64, 96, symmetric=BLOCKS[kind])
     packed = block_linear.pack(weight)
     # One-hot rows read the weight's columns back: each output is one product with 1.0, so any
     # error in q, d or m shows as a value that is not the weight's own.
@@ -46,18 +45,14 @@ def test_the_weights_are_rebuilt_exactly(kind: str) -> None:
 @needs_avx512
 @pytest.mark.parametrize("kind", BLOCKS)
 def test_a_row_gives_the_same_bits_in_any_batch(kind: str) -> None:
-    weight = block_weight(960, 576, symmetric=BLOCKS[kind])
+    weight = weights.block_weight(960, 576, symmetric=BLOCKS[kind])
     packed = block_linear.pack(weight)
-    x = torch.randn(37, 576)  # two whole passes of 16 rows and a partial one
-    together = block_linear.linear(x, packed)
-    for m in (1, 13, 16, 17):
-        assert torch.equal(block_linear.linear(x[:m], packed), together[:m])
-    assert torch.equal(block_linear.linear(x[20:21], packed), together[20:21])
+    weights.check_rows_independent_of_their_batch(lambda x: block_linear.linear(x, packed), 576)
 
 
 @needs_avx512
 def test_leading_dimensions_are_kept() -> None:
-    packed = block_linear.pack(block_weight(576, 576))
+    packed = block_linear.pack(weights.block_weight(576, 576))
     x = torch.randn(3, 5, 576)
     result = block_linear.linear(x, packed)
     assert result.shape == (3, 5, 576)
@@ -66,7 +61,7 @@ def test_leading_dimensions_are_kept() -> None:
 
 @needs_avx512
 def test_infinities_and_nans_reach_only_their_own_row() -> None:
-    weight = block_weight(576, 576)
+    weight = weights.block_weight(576, 576)
     packed = block_linear.pack(weight)
     x = torch.randn(3, 576)
     x[0, 7], x[1, 9] = float("inf"), float("nan")
@@ -79,21 +74,21 @@ def test_infinities_and_nans_reach_only_their_own_row() -> None:
 @needs_avx512
 def test_weights_it_does_not_take_are_refused() -> None:
     assert block_linear.pack(torch.randn(1536, 576)) is None  # not block-scaled
-    assert block_linear.pack(two_piece_weight(1536, 576)) is None
-    assert block_linear.pack(block_weight(1530, 576)) is None  # not whole 16-column blocks
-    assert block_linear.pack(block_weight(1536, 576)[:, :570]) is None  # not whole 32-wide k blocks
-    assert block_linear.pack(block_weight(1536, 576).double()) is None
-    nearly = block_weight(1536, 576)
+    assert block_linear.pack(weights.two_piece_weight(1536, 576)) is None
+    assert block_linear.pack(weights.block_weight(1530, 576)) is None  # not whole 16-column blocks
+    assert block_linear.pack(weights.block_weight(1536, 576)[:, :570]) is None  # not whole 32-wide k blocks
+    assert block_linear.pack(weights.block_weight(1536, 576).double()) is None
+    nearly = weights.block_weight(1536, 576)
     nearly[100, 200] = torch.nextafter(nearly[100, 200], torch.tensor(1.0))  # one value off its block's grid
     assert block_linear.pack(nearly) is None
-    with_infinity = block_weight(576, 576)
+    with_infinity = weights.block_weight(576, 576)
     with_infinity[3, 4] = float("inf")
     assert block_linear.pack(with_infinity) is None
 
 
 @needs_avx512
 def test_an_input_that_does_not_fit_the_weight_is_refused_by_shape() -> None:
-    packed = block_linear.pack(block_weight(576, 576))
+    packed = block_linear.pack(weights.block_weight(576, 576))
     with pytest.raises(ValueError, match=r"x \(4, 512\) torch.float32 on cpu does not fit a 576x576 fp32 weight"):
         block_linear.linear(torch.randn(4, 512), packed)
     with pytest.raises(ValueError, match=r"x \(4, 576\) torch.float64 on cpu does not fit"):
@@ -106,17 +101,10 @@ def test_an_input_that_does_not_fit_the_weight_is_refused_by_shape() -> None:
 def test_the_engine_multiplies_block_scaled_weights_on_the_kernel_on_one_thread(
         choice: str, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(cpu_kernels.amx_linear, "pack", lambda weight: None)  # as on a CPU without AMX
-    weight, x = block_weight(1536, 576), torch.randn(16, 576)
+    weight, x = weights.block_weight(1536, 576), torch.randn(16, 576)
     expected = block_linear.linear(x, block_linear.pack(weight))
     monkeypatch.setenv(CPU_KERNELS_ENV, choice)
-    assert torch.equal(cpu_kernels.linear(x, weight), expected)
-    torch.set_num_threads(2)
-    try:
-        two_threads = cpu_kernels.linear(x, weight)
-    finally:
-        torch.set_num_threads(1)
-    assert not torch.equal(two_threads, expected)  # oneDNN's fp32 sum, another rounding
-    torch.testing.assert_close(two_threads, expected, rtol=1e-4, atol=1e-4)
+    weights.check_the_kernel_serves_one_torch_thread_only(x, weight, expected)
 
 
 @needs_avx512
@@ -124,7 +112,7 @@ def test_the_engine_multiplies_block_scaled_weights_on_the_kernel_on_one_thread(
 def test_more_rows_than_a_decode_batch_stay_on_onednn(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(cpu_kernels.amx_linear, "pack", lambda weight: None)
     monkeypatch.setenv(CPU_KERNELS_ENV, "native")
-    weight = block_weight(1536, 576)
+    weight = weights.block_weight(1536, 576)
     packed, onednn = block_linear.pack(weight), torch.ops.mkldnn._reorder_linear_weight(weight, 16)
     decode, prefill = torch.randn(cpu_kernels.BLOCK_ROWS_MAX, 576), torch.randn(cpu_kernels.BLOCK_ROWS_MAX + 1, 576)
     assert torch.equal(cpu_kernels.linear(decode, weight), block_linear.linear(decode, packed))
@@ -135,7 +123,7 @@ def test_more_rows_than_a_decode_batch_stay_on_onednn(monkeypatch: pytest.Monkey
 @needs_avx512
 @pytest.mark.usefixtures("one_torch_thread")
 def test_the_no_blocks_choice_keeps_onednn(monkeypatch: pytest.MonkeyPatch) -> None:
-    weight, x = block_weight(1536, 576), torch.randn(16, 576)
+    weight, x = weights.block_weight(1536, 576), torch.randn(16, 576)
     expected = block_linear.linear(x, block_linear.pack(weight))
     monkeypatch.setenv(CPU_KERNELS_ENV, "no-blocks")
     result = cpu_kernels.linear(x, weight)
@@ -149,26 +137,7 @@ def test_the_no_blocks_choice_keeps_onednn(monkeypatch: pytest.MonkeyPatch) -> N
 def test_a_weight_changed_in_place_is_packed_again(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(cpu_kernels.amx_linear, "pack", lambda weight: None)
     monkeypatch.setenv(CPU_KERNELS_ENV, "native")
-    weight, x = block_weight(1536, 576), torch.randn(8, 576)
-    before = cpu_kernels.linear(x, weight)
-    with torch.no_grad():
-        weight.mul_(-4.0)  # a power of two: still block-scaled
-    after = cpu_kernels.linear(x, weight)
-    assert torch.equal(after, block_linear.linear(x, block_linear.pack(weight)))
-    torch.testing.assert_close(after, before * -4.0, rtol=1e-4, atol=1e-4)
-
-
-def test_without_avx512_the_kernel_says_why_and_projections_stay_on_onednn(
-        monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
-    monkeypatch.setattr(native_build, "cpu_flags_line", lambda: "flags\t\t: fpu sse2 avx2 fma")
-    block_linear.library.cache_clear()
-    try:
-        with caplog.at_level(logging.INFO, logger="scheduler_core.block_linear"):
-            assert block_linear.library() is None
-            assert block_linear.pack(block_weight(1536, 576)) is None
-        assert "this CPU has no AVX-512" in caplog.text
-    finally:
-        block_linear.library.cache_clear()
+    weights.check_packed_again_after_an_in_place_change(lambda x, weight: block_linear.linear(x, block_linear.pack(weight)))
 
 
 def test_a_changed_shared_header_builds_the_kernel_again(tmp_path: Path) -> None:

@@ -1,17 +1,22 @@
 """The plain-CPU forward's prepacked oneDNN projections: the same results as the aten ops, a fresh
-pack when a weight changes, and plain aten ops wherever a dispatch mode (the simulator) watches."""
+pack when a weight changes, plain aten ops wherever a dispatch mode (the simulator) watches, and
+oneDNN where the CPU cannot run the AMX or AVX-512 kernels (with the reason logged)."""
 from __future__ import annotations
 
+import logging
 import pickle
+from types import ModuleType
 
 import pytest
 import torch
 import torch.nn.functional as F
 
+from scheduler_core import amx_linear, block_linear, native_build
 from scheduler_core.cpu_kernels import CPU_KERNELS_ENV, PREPACK_MIN_ELEMENTS, applies, cpu_kernels, linear
 from scheduler_core.model.llama import ForwardBatch, KVCache
 from scheduler_core.model.loader import LoadedModel, load_model
 from tests.support.op_names import OpNames
+from tests.support.weights import block_weight
 
 pytestmark = pytest.mark.skipif(not torch.backends.mkldnn.is_available(), reason="torch without oneDNN")
 
@@ -79,3 +84,23 @@ def test_an_unknown_kernel_choice_is_refused_by_name(monkeypatch: pytest.MonkeyP
     monkeypatch.setenv(CPU_KERNELS_ENV, "mkl")
     with pytest.raises(ValueError, match="PARALLAX_CPU_KERNELS='mkl': expected one of native, no-amx, no-blocks, onednn, aten"):
         cpu_kernels()
+
+
+@pytest.mark.parametrize(("kernel", "flags", "reason"), [
+    (amx_linear, "fpu sse2 avx2 avx512f", "this CPU has no AMX bf16 tiles"),
+    (block_linear, "fpu sse2 avx2 fma", "this CPU has no AVX-512"),
+], ids=["amx", "avx512-blocks"])
+def test_a_kernel_the_cpu_cannot_run_says_why_and_projections_stay_on_onednn(
+        kernel: ModuleType, flags: str, reason: str, monkeypatch: pytest.MonkeyPatch,
+        caplog: pytest.LogCaptureFixture) -> None:
+    monkeypatch.setattr(native_build, "cpu_flags_line", lambda: f"flags\t\t: {flags}")
+    kernel.library.cache_clear()
+    try:
+        with caplog.at_level(logging.INFO, logger=kernel.__name__):
+            assert kernel.library() is None
+            assert kernel.pack(block_weight(1536, 576)) is None
+        assert reason in caplog.text
+        weight, x = block_weight(1536, 576), torch.randn(8, 576)
+        torch.testing.assert_close(linear(x, weight), F.linear(x, weight), rtol=1e-4, atol=1e-3)
+    finally:
+        kernel.library.cache_clear()

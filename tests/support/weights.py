@@ -3,7 +3,11 @@
 pieces; and a result's error against the exact product."""
 from __future__ import annotations
 
+from typing import Callable
+
 import torch
+
+from scheduler_core import cpu_kernels
 
 
 def two_piece_weight(out_features: int, in_features: int, seed: int = 0) -> torch.Tensor:
@@ -38,3 +42,40 @@ WEIGHTS = {"q4_1-like blocks": lambda n, k: block_weight(n, k), "q8_0-like block
 def rms_error(result: torch.Tensor, x: torch.Tensor, weight: torch.Tensor) -> float:
     exact = x.double() @ weight.double().T
     return float(((result.double() - exact) ** 2).mean().sqrt())
+
+
+def check_packed_again_after_an_in_place_change(kernel: Callable[[torch.Tensor, torch.Tensor], torch.Tensor]) -> None:
+    """`cpu_kernels.linear` on a block-scaled weight, then on the same weight scaled in place by -4,
+    gives ``kernel(x, weight)`` (the kernel on a fresh packing) after the change."""
+    weight, x = block_weight(1536, 576), torch.randn(8, 576)
+    before = cpu_kernels.linear(x, weight)
+    with torch.no_grad():
+        weight.mul_(-4.0)  # a power of two: still block-scaled (d and m times -4, the least value now the greatest)
+    after = cpu_kernels.linear(x, weight)
+    assert torch.equal(after, kernel(x, weight))
+    # Scaled by -4 the greatest value becomes the least and each block is found again with other q,
+    # so the sums are not exactly -4 times; a stale packed copy would be off by the whole factor.
+    torch.testing.assert_close(after, before * -4.0, rtol=1e-4, atol=1e-4)
+
+
+def check_rows_independent_of_their_batch(linear: Callable[[torch.Tensor], torch.Tensor], in_features: int) -> None:
+    """``linear`` gives each row the same bits alone, in the first m rows of a batch of 37 (two whole
+    groups of 16 rows and a partial one), and from the middle of the batch."""
+    x = torch.randn(37, in_features)
+    together = linear(x)
+    for m in (1, 13, 16, 17):
+        assert torch.equal(linear(x[:m]), together[:m])
+    assert torch.equal(linear(x[20:21]), together[20:21])
+
+
+def check_the_kernel_serves_one_torch_thread_only(x: torch.Tensor, weight: torch.Tensor, expected: torch.Tensor) -> None:
+    """On one torch thread `cpu_kernels.linear` gives the kernel's ``expected`` bits; on two, oneDNN's
+    fp32 sum, another rounding of the same product."""
+    assert torch.equal(cpu_kernels.linear(x, weight), expected)
+    torch.set_num_threads(2)
+    try:
+        two_threads = cpu_kernels.linear(x, weight)
+    finally:
+        torch.set_num_threads(1)
+    assert not torch.equal(two_threads, expected)
+    torch.testing.assert_close(two_threads, expected, rtol=1e-4, atol=1e-4)
