@@ -42,7 +42,8 @@ PREPACK_MIN_ELEMENTS = 1 << 18
 # 1.04-1.08 at 32, 0.87-0.92 at 64). Decode batches take it; prefill chunks stay on oneDNN.
 BLOCK_ROWS_MAX = 32
 # weight -> (its storage address and version counter when packed, {kernel: its packed copy}), the
-# kernels "onednn", "amx" and "blocks" (None where that kernel does not take the weight). Weakly keyed by the tensor
+# kernels "onednn", "amx" and "blocks" (None where that kernel does not take the weight; a weight
+# the block kernel takes has a oneDNN copy too, for prefill chunks). Weakly keyed by the tensor
 # object: a dropped weight drops its copies, and a weight changed in place (its version counter
 # moves) or given new storage is packed again.
 _packed: WeakIdKeyDictionary = WeakIdKeyDictionary()
