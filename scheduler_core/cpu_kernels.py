@@ -49,6 +49,10 @@ BLOCK_ROWS_MAX = 32
 _packed: WeakIdKeyDictionary = WeakIdKeyDictionary()
 
 
+class KernelChoiceError(ValueError):
+    """``PARALLAX_CPU_KERNELS`` names no choice; the message says what it holds and the choices."""
+
+
 def cpu_kernels() -> str:
     """The CPU kernels chosen: "native" (AMX projections where they apply, else the AVX-512
     block-scaled ones where they apply, the prepacked ones elsewhere, and the decode-attention
@@ -57,7 +61,7 @@ def cpu_kernels() -> str:
     only) or "aten" (torch's own ops throughout)."""
     choice = os.environ.get(CPU_KERNELS_ENV, "native")
     if choice not in CHOICES:
-        raise ValueError(f"{CPU_KERNELS_ENV}={choice!r}: expected one of {', '.join(CHOICES)}")
+        raise KernelChoiceError(f"{CPU_KERNELS_ENV}={choice!r}: expected one of {', '.join(CHOICES)}")
     return choice
 
 

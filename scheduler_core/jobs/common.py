@@ -10,8 +10,10 @@ from typing import Callable
 
 import numpy as np
 
+from scheduler_core.cpu_kernels import KernelChoiceError
 from scheduler_core.engine import Engine
 from scheduler_core.jobs.results import Metric
+from scheduler_core.model.loader import ModelLoadError
 from scheduler_core.platform import PlatformError
 from scheduler_core.sim.device import SimDevice
 
@@ -44,7 +46,8 @@ def make_engine(args: argparse.Namespace) -> Engine:
                         kv_tokens=args.kv_tokens, chunked_prefill_size=args.chunked_prefill_size or None,
                         schedule_policy=args.schedule_policy, enable_radix_cache=not args.no_radix_cache,
                         num_threads=args.threads, overlap=args.overlap, disaggregation=args.disaggregation)
-    except PlatformError as exc:  # a PARALLAX_* setting (device, sync policy, host clock): say which, no traceback
+    # A PARALLAX_* setting (device, sync policy, host clock, CPU kernels) or the model: say which, no traceback.
+    except (PlatformError, KernelChoiceError, ModelLoadError) as exc:
         raise SystemExit(f"error: {exc}") from None
     log(f"model loaded in {time.perf_counter() - start:.1f}s")
     return engine

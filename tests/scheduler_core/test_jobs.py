@@ -118,14 +118,21 @@ def test_job_runs_as_a_module(tmp_path) -> None:
     assert _load(out)["suite"] == "decode-throughput"
 
 
-def test_a_bad_engine_setting_in_the_environment_is_one_line_naming_it(tmp_path) -> None:
+@pytest.mark.parametrize(("setting", "model", "message"), [
+    (("PARALLAX_HOST_CLOCK", "cpu-cycles"), "tiny-random",
+     "error: PARALLAX_HOST_CLOCK='cpu-cycles' is not a host clock; expected one of wall, process"),
+    (("PARALLAX_CPU_KERNELS", "avx512"), "tiny-random",
+     "error: PARALLAX_CPU_KERNELS='avx512': expected one of native, no-amx, no-blocks, onednn, aten"),
+    (None, "smollm2-135", "error: unknown model 'smollm2-135': expected one of smollm2-135m,"),
+], ids=["host clock", "cpu kernels", "model"])
+def test_a_bad_engine_setting_or_model_is_one_line_naming_it(tmp_path, setting, model, message) -> None:
     out = tmp_path / "doc.json"
-    env = {**os.environ, "PARALLAX_RESULTS": str(out), "PARALLAX_HOST_CLOCK": "cpu-cycles"}
-    proc = subprocess.run([sys.executable, "-m", "scheduler_core.jobs.decode_throughput", "--model", "tiny-random",
+    env = {**os.environ, "PARALLAX_RESULTS": str(out), **dict([setting] if setting else [])}
+    proc = subprocess.run([sys.executable, "-m", "scheduler_core.jobs.decode_throughput", "--model", model,
                            "--mode", "one-batch", "--batch-size", "2", "--input-len", "8", "--output-len", "4"],
                           cwd=REPO, env=env, capture_output=True, text=True, timeout=120)
     assert proc.returncode == 1
-    assert "error: PARALLAX_HOST_CLOCK='cpu-cycles' is not a host clock; expected one of wall, process" in proc.stderr
+    assert message in proc.stderr
     assert "Traceback" not in proc.stderr and not out.exists()
 
 
