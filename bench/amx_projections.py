@@ -87,17 +87,27 @@ def smollm2_weights() -> dict[str, list[torch.Tensor]]:
     return weights
 
 
+def prepare(description: str, library: Callable[[], object], kernel: str) -> tuple[list[int], dict[str, list[torch.Tensor]]]:
+    """The rows to measure (the command line) and SmolLM2's weights, once the kernel has loaded;
+    else exit naming what this machine lacks."""
+    rows = parse_rows(description)
+    if library() is None:
+        raise SystemExit(f"this machine cannot run {kernel}, or it did not build: see the log line above")
+    return rows, smollm2_weights()
+
+
+def onednn_packs(layers: list[torch.Tensor]) -> list[torch.Tensor]:
+    return [torch.ops.mkldnn._reorder_linear_weight(w, 16) for w in layers]
+
+
 def main() -> None:
-    rows_to_measure = parse_rows(__doc__.split("\n\n")[0])
-    if amx_linear.library() is None:
-        raise SystemExit("this machine cannot run the AMX kernel (no AMX bf16 tiles, or it did not build): "
-                         "see the log line above")
-    weights = smollm2_weights()
+    rows_to_measure, weights = prepare(__doc__.split("\n\n")[0], amx_linear.library,
+                                       "the AMX kernel (no AMX bf16 tiles)")
     results = []
     print(f"{'weight':>8} {'rows':>5} {'layout':>14} {'AMX cold us':>12} {'oneDNN cold us':>15} {'ratio':>6} "
           f"{'AMX hot us':>11} {'oneDNN hot us':>14} {'AMX rms err':>12} {'oneDNN rms err':>15}")
     for name, layers in weights.items():
-        onednn = [torch.ops.mkldnn._reorder_linear_weight(w, 16) for w in layers]
+        onednn = onednn_packs(layers)
         layouts = {"blocks": [amx_linear.pack(w, max_pieces=3) for w in layers],
                    "pieces": [amx_linear.pack(w, max_pieces=3, blocks=False) for w in layers]}
         for rows in rows_to_measure:

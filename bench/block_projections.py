@@ -21,21 +21,18 @@ import torch
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from bench.amx_projections import cold_and_hot_us, onednn_linear, parse_rows, rms_error, smollm2_weights, write_results  # noqa: E402
+from bench.amx_projections import cold_and_hot_us, onednn_linear, onednn_packs, prepare, rms_error, write_results  # noqa: E402
 from scheduler_core import block_linear  # noqa: E402
 
 
 def main() -> None:
-    rows_to_measure = parse_rows(__doc__.split("\n\n")[0])
-    if block_linear.library() is None:
-        raise SystemExit("this machine cannot run the block-scaled kernel (no AVX-512, or it did not build): "
-                         "see the log line above")
-    weights = smollm2_weights()
+    rows_to_measure, weights = prepare(__doc__.split("\n\n")[0], block_linear.library,
+                                       "the block-scaled kernel (no AVX-512)")
     results = []
     print(f"{'weight':>8} {'rows':>5} {'bits':>4} {'blocks cold us':>15} {'oneDNN cold us':>15} {'ratio':>6} "
           f"{'blocks hot us':>14} {'oneDNN hot us':>14} {'blocks rms err':>15} {'oneDNN rms err':>15}")
     for name, layers in weights.items():
-        onednn = [torch.ops.mkldnn._reorder_linear_weight(w, 16) for w in layers]
+        onednn = onednn_packs(layers)
         packs = [block_linear.pack(w) for w in layers]
         if any(p is None for p in packs):
             print(f"{name:>8}: not block-scaled, the kernel does not take it", file=sys.stderr)
