@@ -3,7 +3,9 @@ a service started after its client): reserved across processes for as long as th
 one stopped for an outage keeps its port, and chosen below the kernel's ephemeral range."""
 from __future__ import annotations
 
+import fcntl
 import os
+import random
 import socket
 
 import pytest
@@ -12,15 +14,35 @@ from bench import ports
 from tests.support.runner_harness import free_port
 
 
+def _unreserved(port: int) -> bool:
+    """Whether no process holds the port's reservation now (another test worker's server, perhaps
+    stopped for an outage, keeps its reservation while nothing listens on it)."""
+    ports.PORT_LOCKS.mkdir(mode=0o777, exist_ok=True)
+    fd = os.open(ports.PORT_LOCKS / f"{port}.lock", os.O_RDWR | os.O_CREAT, 0o666)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        return True
+    except BlockingIOError:
+        return False
+    finally:
+        os.close(fd)  # releases the lock taken to look
+
+
 @pytest.fixture
 def one_port(monkeypatch: pytest.MonkeyPatch) -> int:
-    """A range of one port that nothing listens on."""
-    for port in range(*ports.PORT_RANGE):
+    """A range of one port that nothing listens on and no process has reserved. Tried from a random
+    start: other workers reserve ports at random, and one holding the range's first port for a
+    whole session would otherwise meet this fixture every time."""
+    low, high = ports.PORT_RANGE
+    start = random.randint(low, high)
+    for port in [*range(start, high + 1), *range(low, start)]:
         with socket.socket() as sock:
             try:
                 sock.bind(("127.0.0.1", port))
             except OSError:
                 continue
+        if not _unreserved(port):
+            continue
         monkeypatch.setattr(ports, "PORT_RANGE", (port, port))
         return port
     raise AssertionError("no free port in the range")
