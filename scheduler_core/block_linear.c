@@ -32,6 +32,11 @@ static inline int64_t block_bytes(int bits) {
     return SCALE_BLOCK * COLUMNS * bits / 8 + 2 * COLUMNS * (int64_t)sizeof(float);
 }
 
+/* Bytes of a weight [n, k] in the packed layout at `bits` bits (what parallax_blocks_layout writes). */
+int64_t parallax_blocks_packed_bytes(int64_t n, int64_t k, int bits) {
+    return (n / COLUMNS) * (k / SCALE_BLOCK) * block_bytes(bits);
+}
+
 /* Finds every block's d, m and q for w [n, k] (k % 32 == 0): q [n, k] int8 and scales [n, k / 32, 2]
  * (d, m). Returns 4 where every q lies in 0..15, 8 where some do not, 0 where some block has no
  * exact d, m and q (then nothing written is usable). */

@@ -58,6 +58,8 @@ def _declare(library: ctypes.CDLL) -> None:
     pointer, size = ctypes.c_void_p, ctypes.c_int64
     library.parallax_blocks_find.argtypes = [pointer, size, size, pointer, pointer]
     library.parallax_blocks_find.restype = ctypes.c_int
+    library.parallax_blocks_packed_bytes.argtypes = [size, size, ctypes.c_int]
+    library.parallax_blocks_packed_bytes.restype = size
     library.parallax_blocks_layout.argtypes = [pointer, pointer, size, size, ctypes.c_int, pointer]
     library.parallax_blocks_layout.restype = None
     library.parallax_blocks_linear.argtypes = [pointer, size, size, pointer, ctypes.c_int, size, pointer]
@@ -97,8 +99,7 @@ def pack(weight: torch.Tensor) -> BlockWeight | None:
     bits = lib.parallax_blocks_find(weight.data_ptr(), out_features, in_features, q.data_ptr(), scales.data_ptr())
     if bits == 0:
         return None
-    blocks = (out_features // COLUMNS) * (in_features // SCALE_BLOCK)
-    data = torch.empty(blocks * (SCALE_BLOCK * COLUMNS * bits // 8 + 2 * COLUMNS * 4), dtype=torch.uint8)
+    data = torch.empty(lib.parallax_blocks_packed_bytes(out_features, in_features, bits), dtype=torch.uint8)
     lib.parallax_blocks_layout(q.data_ptr(), scales.data_ptr(), out_features, in_features, bits, data.data_ptr())
     return BlockWeight(data, bits, out_features, in_features)
 
