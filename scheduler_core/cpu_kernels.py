@@ -14,14 +14,16 @@ goes there instead; on a CPU without AMX, a block-scaled weight goes to the AVX-
 
 The model calls `linear` on the plain CPU; the GPU simulator, which sees ``aten.linear`` under its
 dispatch mode, computes that op with `linear` too, so a simulated run's outputs are the plain
-run's, value for value.
+run's, value for value. `ops_observed` tells the model when such a hook is watching.
 """
 from __future__ import annotations
 
 import os
+import threading
 
 import torch
 import torch.nn.functional as F
+from torch.utils._python_dispatch import is_in_torch_dispatch_mode
 from torch.utils.weak import WeakIdKeyDictionary
 
 from scheduler_core import amx_linear, block_linear
@@ -47,6 +49,24 @@ BLOCK_ROWS_MAX = 32
 # object: a dropped weight drops its copies, and a weight changed in place (its version counter
 # moves) or given new storage is packed again.
 _packed: WeakIdKeyDictionary = WeakIdKeyDictionary()
+
+
+_observer = threading.local()
+
+
+def ops_observed() -> bool:
+    """Whether something watches this thread's aten ops one by one (a Python dispatch mode, or the
+    simulator's C++ core, which says so with `set_ops_observed`): the model then calls the plain
+    aten ops instead of these kernels, and the watcher computes those ops with these kernels."""
+    return getattr(_observer, "on", False) or is_in_torch_dispatch_mode()
+
+
+def set_ops_observed(on: bool) -> bool:
+    """Say whether this thread's aten ops are watched by a hook that is no dispatch mode; returns
+    what was said before, to restore."""
+    before = getattr(_observer, "on", False)
+    _observer.on = on
+    return before
 
 
 class KernelChoiceError(ValueError):

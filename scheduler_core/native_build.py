@@ -11,6 +11,7 @@ Used by `scheduler_core.decode_attention`, `scheduler_core.amx_linear` and
 from __future__ import annotations
 
 import ctypes
+import fcntl
 import hashlib
 import logging
 import os
@@ -70,15 +71,16 @@ def _cpu_identity() -> str:
 
 
 def build(source_path: Path, flags: tuple[str, ...], compiler: str | None = None,
-          directory: Path | None = None) -> Path:
+          directory: Path | None = None, link: tuple[str, ...] = (), timeout_s: float = 120) -> Path:
     """The compiled library's path, compiling it if this source, flags, compiler and CPU have none
-    yet. Raises `KernelUnavailable` naming what is missing or what the compiler said."""
+    yet; ``link`` goes after the source (libraries). Processes asking at once wait for one build.
+    Raises `KernelUnavailable` naming what is missing or what the compiler said."""
     compiler = compiler or os.environ.get("CC") or "cc"
     found = shutil.which(compiler)
     if found is None:
         raise KernelUnavailable(f"no C compiler {compiler!r} on PATH (set CC)")
     source = _source_with_headers(source_path)
-    digest = hashlib.sha256(b"\0".join([source, " ".join(flags).encode(), found.encode(),
+    digest = hashlib.sha256(b"\0".join([source, " ".join(flags + link).encode(), found.encode(),
                                         _cpu_identity().encode()])).hexdigest()[:16]
     directory = directory or cache_dir()
     stem = source_path.stem
@@ -87,15 +89,30 @@ def build(source_path: Path, flags: tuple[str, ...], compiler: str | None = None
         return target
     try:
         directory.mkdir(parents=True, exist_ok=True)
-        # Compiled beside the target and renamed: processes building at once each finish a whole
-        # file, and a reader never sees a half-written one.
+        lock = open(directory / f".{stem}-{digest}.lock", "a")
+    except OSError as e:
+        raise KernelUnavailable(f"cannot write the kernel cache {directory}: {e} (set {CACHE_ENV})") from e
+    with lock:
+        # One process compiles; the others wait here and find the file (a C++ extension takes
+        # half a minute of CPU: four test workers compiling it at once would pay that four times).
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not target.exists():
+            _compile(found, compiler, source_path, flags, link, directory, target, timeout_s)
+    return target
+
+
+def _compile(found: str, compiler: str, source_path: Path, flags: tuple[str, ...], link: tuple[str, ...],
+             directory: Path, target: Path, timeout_s: float) -> None:
+    stem = source_path.stem
+    try:
+        # Compiled beside the target and renamed: a reader never sees a half-written file.
         fd, partial = tempfile.mkstemp(prefix=f".{stem}-", suffix=".so", dir=directory)
         os.close(fd)
     except OSError as e:
         raise KernelUnavailable(f"cannot write the kernel cache {directory}: {e} (set {CACHE_ENV})") from e
     try:
-        result = subprocess.run([found, *flags, "-o", partial, str(source_path)], capture_output=True, text=True,
-                                timeout=120)
+        result = subprocess.run([found, *flags, "-o", partial, str(source_path), *link], capture_output=True,
+                                text=True, timeout=timeout_s)
         if result.returncode != 0:
             raise KernelUnavailable(f"{compiler} failed on {source_path.name}: {result.stderr.strip()[-2000:]}")
         os.replace(partial, target)
@@ -104,7 +121,6 @@ def build(source_path: Path, flags: tuple[str, ...], compiler: str | None = None
     finally:
         if os.path.exists(partial):
             os.unlink(partial)
-    return target
 
 
 def load(path: Path, declare: Callable[[ctypes.CDLL], None]) -> ctypes.CDLL:

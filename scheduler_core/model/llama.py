@@ -17,10 +17,9 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 from torch import nn
-from torch.utils._python_dispatch import is_in_torch_dispatch_mode
 
 from scheduler_core import decode_attention
-from scheduler_core.cpu_kernels import linear, native_decode_attention, prepacked_projections
+from scheduler_core.cpu_kernels import linear, native_decode_attention, ops_observed, prepacked_projections
 from scheduler_core.model.config import ModelConfig
 
 
@@ -157,7 +156,7 @@ class Projection(nn.Linear):
 
 
 def project(x: torch.Tensor, weight: torch.Tensor, prepacked: bool) -> torch.Tensor:
-    if prepacked and not is_in_torch_dispatch_mode():
+    if prepacked and not ops_observed():
         return linear(x, weight)
     return F.linear(x, weight)
 
@@ -244,7 +243,7 @@ class Attention(nn.Module):
         if group.prefix_slots is not None:
             return self._cascade_decode(q, group, k_cache, v_cache)
         if (group.max_q == 1 and group.kv_lens is not None and self.native_decode
-                and not is_in_torch_dispatch_mode() and decode_attention.applies(q, k_cache)):
+                and not ops_observed() and decode_attention.applies(q, k_cache)):
             return decode_attention.decode_attention(q, k_cache, v_cache, group.kv_indices, group.kv_lens)
         bsz, max_q = group.batch_size, group.max_q
         if max_q == 1:

@@ -34,13 +34,14 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils.flop_counter import flop_registry
 
-from scheduler_core.cpu_kernels import linear, native_decode_attention, prepacked_projections
+from scheduler_core.cpu_kernels import linear, native_decode_attention, prepacked_projections, set_ops_observed
 from scheduler_core.decode_attention import gathered_decode_attention
 from scheduler_core.device import DEFAULT_STREAM, Device, Event, Stream
 from scheduler_core.platform import Platform
+from scheduler_core.sim import native
 from scheduler_core.sim.profile import Profile, load_profile
 from scheduler_core.sim.race import HOST, Clock, Hazard, RaceDetector, format_stack
-from scheduler_core.sim.timeline import Timeline
+from scheduler_core.sim.timeline import NativeTimeline, Timeline
 
 NOISE_ENV = "PARALLAX_SIM_NOISE"
 HOST_TIME_ENV = "PARALLAX_SIM_HOST_TIME"  # "fixed" (default) or "measured"
@@ -180,8 +181,15 @@ class SimDevice(Device):
         self.platform = platform
         self.profile = profile or load_profile(platform.profile or "")
         self.torch_device = torch.device("cpu")
-        self.detector = RaceDetector(format_stack=_format_stack)
-        self.timeline = Timeline(keep_spans=keep_spans)
+        # The per-op work runs in the C++ core where it builds (sim/native.py), else in Python here.
+        core = native.core() if native.wanted() else None
+        if core is not None:
+            self.detector: Any = core.Detector(format_stack=_format_stack, hazard=Hazard, stack_factory=_stack_of,
+                                               label=_label_of)
+            self.timeline: Any = NativeTimeline(core.Spans(keep_spans))
+        else:
+            self.detector = RaceDetector(format_stack=_format_stack)
+            self.timeline = Timeline(keep_spans=keep_spans)
         self.ready: dict[int, float] = {}
         self.streams: list[SimStream] = []
         self.noise = os.environ.get(NOISE_ENV, "1") != "0" if noise is None else noise
@@ -202,14 +210,26 @@ class SimDevice(Device):
         self._launch_us = p.kernel_launch_us
         self._dispatch_s = 0.0
         self._step_started = (0.0, 0.0)
+        self._prepacked_linear = prepacked_projections()
+        self._native_attention = native_decode_attention()
+        self._core: Any = None
+        if core is not None:
+            self._core = core.Recorder(self.detector, self.timeline.spans_store, self.ready, _native_op_facts, linear,
+                                       gathered_decode_attention, _native_flops, self._matmul_rate, self._vector_rate,
+                                       self._hbm_rate, self._launch_us, self._prepacked_linear, self._native_attention,
+                                       self._measure_host)
+            self._key = self._core.key  # type: ignore[method-assign]
+            self._is_device = self._core.is_device  # type: ignore[method-assign]
+            self._sweep = self._core.sweep  # type: ignore[method-assign]
         self._default = self.new_stream(DEFAULT_STREAM)
         self._stack: list[SimStream] = [self._default]
         self._depth = 0
         self._entry: Any = None  # the frame that entered the current host step (``stream``)
+        self._observed_before = False
         self._outer: Sequence[tuple[Any, int]] = _NO_FRAMES  # the stack above it
         self._mode = _OpRecorder(self)
-        self._prepacked_linear = prepacked_projections()
-        self._native_attention = native_decode_attention()
+        if self._core is not None:
+            self._core.set_stream(self._default.sid, self._default.name)
         self._paused = False
         self._ops: dict[int, _OpInfo] = {}  # by id() of the OpOverload
         self._flop_cache: dict[tuple, float] = {}
@@ -240,24 +260,36 @@ class SimDevice(Device):
         if outermost:  # one host step: the scheduler's own work
             if self.host_time == "fixed":
                 self._host_work(self.profile.host_step_us, "host step")
-            self._step_started = (time.perf_counter(), self._dispatch_s)
+            self._step_started = (time.perf_counter(), self._dispatched_s())
             # The frame that entered the step (past contextlib's) and the stack above it, walked once.
             self._entry = _step_entry(sys._getframe(2))
             self._outer = _stack_from(self._entry.f_back) if self._entry is not None else _NO_FRAMES
-            self._mode.__enter__()
+            if self._core is not None:
+                self._core.enter(self._entry, self._outer)
+                self._observed_before = set_ops_observed(True)
+            else:
+                self._mode.__enter__()
         self._depth += 1
         self._stack.append(s)
+        if self._core is not None:
+            self._core.set_stream(s.sid, s.name)
         try:
             yield s
         finally:
             self._stack.pop()
             self._depth -= 1
+            if self._core is not None:
+                self._core.set_stream(self._stack[-1].sid, self._stack[-1].name)
             if outermost:
-                self._mode.__exit__(None, None, None)
+                if self._core is not None:
+                    self._core.exit()
+                    set_ops_observed(self._observed_before)
+                else:
+                    self._mode.__exit__(None, None, None)
                 self._entry, self._outer = None, _NO_FRAMES  # the frame is not kept past its step
                 if self.host_time == "measured":
                     wall, dispatched = self._step_started
-                    host_s = (time.perf_counter() - wall) - (self._dispatch_s - dispatched)
+                    host_s = (time.perf_counter() - wall) - (self._dispatched_s() - dispatched)
                     self._host_work(max(host_s, 0.0) * 1e6, "host step (measured)")
             self._sweep()
 
@@ -331,6 +363,8 @@ class SimDevice(Device):
         self.runs += 1
         cv = self.profile.noise_cv if self.noise else 0.0
         self.speed = max(0.5, self._rng.gauss(1.0, cv)) if cv > 0 else 1.0
+        if self._core is not None:
+            self._core.speed = self.speed
 
     # -- results ----------------------------------------------------------------------------------
     @property
@@ -354,10 +388,18 @@ class SimDevice(Device):
     @contextmanager
     def _pause(self) -> Iterator[None]:
         paused, self._paused = self._paused, True
+        if self._core is not None:
+            self._core.paused = True
         try:
             yield
         finally:
             self._paused = paused
+            if self._core is not None:
+                self._core.paused = paused
+
+    def _dispatched_s(self) -> float:
+        """Seconds spent inside device ops so far (``host_time="measured"`` leaves them out)."""
+        return self._core.dispatch_s if self._core is not None else self._dispatch_s
 
     def _host_work(self, us: float, name: str) -> None:
         start = self.timeline.host_us
@@ -433,14 +475,7 @@ class SimDevice(Device):
     def _info(self, func) -> _OpInfo:
         info = self._ops.get(id(func))  # OpOverload hashes in Python; its id is as good a key (ops live forever)
         if info is None:
-            schema = func._schema
-            writes = [(i, a.name) for i, a in enumerate(schema.arguments)
-                      if a.alias_info is not None and a.alias_info.is_write]
-            info = _OpInfo(name=str(func.name()).removeprefix("aten::"), skip=func in _IGNORED or bool(func.is_view),
-                           write_args=frozenset(i for i, _ in writes), write_kwargs=frozenset(n for _, n in writes),
-                           mutates=bool(writes),
-                           flops=flop_registry.get(func._overloadpacket) or _EXTRA_FLOPS.get(func._overloadpacket))
-            self._ops[id(func)] = info
+            info = self._ops[id(func)] = _op_info(func)
         return info
 
     def _is_device(self, t: torch.Tensor) -> bool:
@@ -449,6 +484,9 @@ class SimDevice(Device):
 
     def mark_device(self, tensor: torch.Tensor) -> None:
         """``tensor``'s memory is device memory: ops touching it are device work (timed, checked)."""
+        if self._core is not None:
+            self._core.mark(tensor, self._stack[-1].sid)
+            return
         key = self._key(tensor, self._stack[-1].sid)
         if key is not None:
             self._device_mem.add(key)
@@ -576,6 +614,47 @@ def _linear_flops(input: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor 
 
 
 _EXTRA_FLOPS = {torch.ops.aten.linear: _linear_flops}
+
+
+def _op_info(func) -> _OpInfo:
+    """What the simulator needs to know of an op, from its schema and torch's FLOP formulas."""
+    schema = func._schema
+    writes = [(i, a.name) for i, a in enumerate(schema.arguments) if a.alias_info is not None and a.alias_info.is_write]
+    return _OpInfo(name=str(func.name()).removeprefix("aten::"), skip=func in _IGNORED or bool(func.is_view),
+                   write_args=frozenset(i for i, _ in writes), write_kwargs=frozenset(n for _, n in writes),
+                   mutates=bool(writes),
+                   flops=flop_registry.get(func._overloadpacket) or _EXTRA_FLOPS.get(func._overloadpacket))
+
+
+def _native_op_facts(qualified: str, overload: str) -> tuple:
+    """``_op_info`` for the C++ core, which knows an op by its schema's name and overload: (name,
+    skip, written argument positions, mutates, FLOPs from a Python formula, kind: 1 a projection,
+    2 an attention, 0 anything else, the op)."""
+    namespace, name = qualified.split("::", 1)
+    func = getattr(getattr(getattr(torch.ops, namespace), name), overload or "default")
+    info = _op_info(func)
+    kind = 1 if func is _LINEAR else 2 if func is _SDPA else 0
+    return (info.name, info.skip, sorted(info.write_args), info.mutates, info.flops is not None and kind != 1, kind,
+            func)
+
+
+def _native_flops(func, values: list, out: Any) -> float:
+    """The FLOPs of an op with a formula in torch (the C++ core passes every schema argument)."""
+    arguments = func._schema.arguments
+    args = [v for a, v in zip(arguments, values) if not a.kwarg_only]
+    kwargs = {a.name: v for a, v in zip(arguments, values) if a.kwarg_only}
+    return _op_info(func).flops(*args, **kwargs, out_val=out)
+
+
+def _label_of(shape: tuple[int, ...], dtype: torch.dtype) -> _Label:
+    return _new_label((shape, dtype))
+
+
+def _stack_of(pairs: list[tuple[Any, int]], outer: Sequence[tuple[Any, int]]) -> _Stack:
+    """A stack the C++ core captured, as ``_stack`` makes them (for ``_format_stack``)."""
+    stack = _Stack(pairs)
+    stack.outer = outer
+    return stack
 
 
 def _release(refs: dict[int, int]) -> None:

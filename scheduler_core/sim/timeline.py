@@ -12,7 +12,7 @@ import json
 from array import array
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Iterator, NamedTuple
+from typing import Any, Iterator, NamedTuple, Sequence
 
 
 class Span(NamedTuple):
@@ -24,28 +24,13 @@ class Span(NamedTuple):
     end_us: float
 
 
-@dataclass
-class Timeline:
-    keep_spans: bool = True
-    host_us: float = 0.0
-    busy_us: dict[str, float] = field(default_factory=dict)
-    first_us: float | None = None
-    _tracks: list[str] = field(default_factory=list)
-    _names: list[str] = field(default_factory=list)
-    _times: array = field(default_factory=lambda: array("d"))  # start, end of each span in turn
-    _issued: array = field(default_factory=lambda: array("d"))  # the host clock when each span was queued
+class _Queries:
+    """What a timeline answers from its columns (``_tracks``, ``_names``, ``_times``, ``_issued``)."""
 
-    def add(self, track: str, name: str, start: float, end: float) -> None:
-        busy = self.busy_us
-        busy[track] = busy.get(track, 0.0) + (end - start)
-        if self.first_us is None:
-            self.first_us = start
-        if self.keep_spans:
-            self._tracks.append(track)
-            self._names.append(name)
-            self._times.append(start)
-            self._times.append(end)
-            self._issued.append(self.host_us)
+    _tracks: list[str]
+    _names: list[str]
+    _times: Sequence[float]
+    _issued: Sequence[float]
 
     @property
     def spans(self) -> list[Span]:
@@ -97,3 +82,74 @@ class Timeline:
     def write_trace(self, path: str | Path, process: str) -> None:
         """Chrome trace-event JSON (``traceEvents``), the format ui.perfetto.dev opens."""
         Path(path).write_text(json.dumps({"traceEvents": self.trace_events(process), "displayTimeUnit": "ms"}))
+
+
+@dataclass
+class Timeline(_Queries):
+    keep_spans: bool = True
+    host_us: float = 0.0
+    busy_us: dict[str, float] = field(default_factory=dict)
+    first_us: float | None = None
+    _tracks: list[str] = field(default_factory=list)
+    _names: list[str] = field(default_factory=list)
+    _times: array = field(default_factory=lambda: array("d"))  # start, end of each span in turn
+    _issued: array = field(default_factory=lambda: array("d"))  # the host clock when each span was queued
+
+    def add(self, track: str, name: str, start: float, end: float) -> None:
+        busy = self.busy_us
+        busy[track] = busy.get(track, 0.0) + (end - start)
+        if self.first_us is None:
+            self.first_us = start
+        if self.keep_spans:
+            self._tracks.append(track)
+            self._names.append(name)
+            self._times.append(start)
+            self._times.append(end)
+            self._issued.append(self.host_us)
+
+
+class NativeTimeline(_Queries):
+    """A ``Timeline`` whose columns live in the simulator's C++ core (``native_core.cpp``'s
+    ``Spans``), where its per-op spans are added; the same answers, read from there."""
+
+    def __init__(self, spans: Any) -> None:
+        self.spans_store = spans
+
+    @property
+    def keep_spans(self) -> bool:
+        return bool(self.spans_store.keep_spans)
+
+    @property
+    def host_us(self) -> float:
+        return float(self.spans_store.host_us)
+
+    @host_us.setter
+    def host_us(self, value: float) -> None:
+        self.spans_store.host_us = value
+
+    @property
+    def busy_us(self) -> dict[str, float]:
+        return dict(self.spans_store.busy_us)
+
+    @property
+    def first_us(self) -> float | None:
+        return self.spans_store.first_us
+
+    def add(self, track: str, name: str, start: float, end: float) -> None:
+        self.spans_store.add(track, name, start, end)
+
+    @property
+    def _tracks(self) -> list[str]:  # type: ignore[override]
+        return list(self.spans_store.tracks)
+
+    @property
+    def _names(self) -> list[str]:  # type: ignore[override]
+        return list(self.spans_store.names)
+
+    @property
+    def _times(self) -> array:  # type: ignore[override]
+        return array("d", self.spans_store.times)
+
+    @property
+    def _issued(self) -> array:  # type: ignore[override]
+        return array("d", self.spans_store.issued)

@@ -1,0 +1,876 @@
+// The simulator's per-op work in C++: the dispatch hook, the storage bookkeeping, the virtual
+// timeline's span columns and the race detector. scheduler_core/sim/device.py drives it; its
+// Python twin (``_OpRecorder``, ``SimDevice._on_op``, ``race.RaceDetector``, ``timeline.Timeline``)
+// is the reference this file must match bit for bit, and the fallback where it cannot be built.
+//
+// Why by hand: torch reaches a Python dispatch mode for every aten op through a C++ -> Python round
+// trip of several microseconds, more than a 64-wide model's ops cost themselves (docs/sim.md), and
+// no library records ops with their storages, stacks and vector clocks. A boxed fallback on a mode
+// key that no torch kernel uses, included in this thread's dispatch keys while a host step runs,
+// sees the same ops the Python mode sees (under inference mode, nothing between the two keys
+// decomposes an op) at a fraction of the cost.
+#include <ATen/core/dispatch/Dispatcher.h>
+#include <ATen/core/stack.h>
+#include <c10/core/impl/LocalDispatchKeySet.h>
+#include <c10/util/SmallVector.h>
+#include <torch/csrc/DynamicTypes.h>
+#include <torch/csrc/autograd/python_variable.h>
+#include <torch/csrc/jit/python/pybind_utils.h>
+#include <torch/csrc/utils/pybind.h>
+#include <torch/library.h>
+
+#include <Python.h>
+#include <frameobject.h>
+
+#include <chrono>
+#include <memory>
+#include <string>
+#include <unordered_map>
+#include <unordered_set>
+#include <utility>
+#include <vector>
+
+namespace py = pybind11;
+
+namespace {
+
+constexpr c10::DispatchKey kHookKey = c10::DispatchKey::TESTING_ONLY_GenericMode;
+constexpr int kHost = 0;
+
+// ------------------------------------------------------------------------------------------ stacks
+
+// A captured Python stack, innermost first, up to the frame that entered the host step; ``outer`` is
+// that step's pairs from its caller outward (``device._stack``'s layout). Code objects are owned.
+struct CapturedStack {
+  std::vector<std::pair<PyObject*, int>> frames;
+  py::object outer;
+  ~CapturedStack() {
+    for (auto& frame : frames) Py_DECREF(frame.first);
+  }
+};
+
+// The calling thread's Python stack (the GIL held): the walk stops at ``entry``, as ``_stack`` does.
+std::shared_ptr<CapturedStack> capture_stack(PyObject* entry, const py::object& outer) {
+  auto stack = std::make_shared<CapturedStack>();
+  PyFrameObject* frame = PyEval_GetFrame();  // borrowed
+  Py_XINCREF(frame);
+  bool reached = false;
+  while (frame != nullptr) {
+    stack->frames.emplace_back(reinterpret_cast<PyObject*>(PyFrame_GetCode(frame)), PyFrame_GetLasti(frame));
+    if (reinterpret_cast<PyObject*>(frame) == entry) {
+      reached = true;
+      Py_DECREF(frame);
+      break;
+    }
+    PyFrameObject* back = PyFrame_GetBack(frame);
+    Py_DECREF(frame);
+    frame = back;
+  }
+  stack->outer = reached ? outer : py::tuple();
+  return stack;
+}
+
+// ---------------------------------------------------------------------------------- race detector
+
+struct Access {
+  int actor;
+  int64_t epoch;
+  const std::string* op;  // interned by the detector
+  std::shared_ptr<CapturedStack> captured;  // a stack captured here, or
+  py::object given;  // the stack object Python passed (a tuple or a device._Stack)
+};
+using AccessPtr = std::shared_ptr<const Access>;
+
+struct BlockName {
+  enum Kind { kKey, kLabel, kObject } kind = kKey;
+  c10::SmallVector<int64_t, 5> shape;
+  c10::ScalarType dtype = c10::ScalarType::Undefined;
+  py::object object;
+};
+
+struct Block {
+  BlockName name;
+  int owner = 0;
+  AccessPtr write;
+  std::vector<std::pair<int, AccessPtr>> reads;  // the last read per actor, in first-read order
+  std::vector<int> recorded;
+
+  void read_by(int actor, const AccessPtr& access) {
+    for (auto& entry : reads) {
+      if (entry.first == actor) {
+        entry.second = access;
+        return;
+      }
+    }
+    reads.emplace_back(actor, access);
+  }
+};
+
+// Vector clocks and per-block access history: ``race.RaceDetector`` for integer keys (docs there).
+class Detector {
+ public:
+  Detector(py::object format_stack, py::object hazard, py::object stack_factory, py::object label)
+      : format_stack_(std::move(format_stack)), hazard_(std::move(hazard)),
+        stack_factory_(std::move(stack_factory)), label_(std::move(label)) {
+    names_.push_back("host");
+    clocks_.push_back({0});
+    seen_host_.push_back(0);
+  }
+
+  const std::string* intern(const std::string& text) { return &*strings_.insert(text).first; }
+
+  int new_stream(const std::string& name) {
+    names_.push_back(name);
+    for (auto& clock : clocks_) clock.push_back(0);
+    clocks_.emplace_back(names_.size(), 0);
+    seen_host_.push_back(-1);
+    return static_cast<int>(names_.size()) - 1;
+  }
+
+  void launch(int stream) {
+    if (stream != kHost && seen_host_[stream] != host_version_) {
+      join(stream, clocks_[kHost]);
+      seen_host_[stream] = host_version_;
+    }
+  }
+
+  std::vector<int64_t> record(int stream) {
+    launch(stream);
+    return clocks_[stream];
+  }
+
+  void wait_event(int stream, const std::vector<int64_t>& event) {
+    claims_.erase(stream);
+    launch(stream);
+    join(stream, event);
+  }
+
+  void wait_stream(int stream, int other) {
+    claims_.erase(stream);
+    launch(stream);
+    launch(other);
+    join(stream, std::vector<int64_t>(clocks_[other]));
+  }
+
+  void sync_event(const std::vector<int64_t>& event) { join(kHost, event); }
+
+  void sync_stream(int stream) {
+    launch(stream);
+    join(kHost, std::vector<int64_t>(clocks_[stream]));
+  }
+
+  void sync_device() {
+    for (int stream = 1; stream < static_cast<int>(clocks_.size()); ++stream) sync_stream(stream);
+  }
+
+  void reads_done(int stream, const std::vector<int64_t>& event, const std::vector<int64_t>& keys, py::object stack) {
+    auto record = std::make_shared<const Access>(
+        Access{stream, event.at(stream), intern("shared-read-done event recorded"), nullptr, std::move(stack)});
+    auto& claimed = claims_[stream];
+    for (int64_t key : keys) claimed[key] = record;
+  }
+
+  // One operation by ``actor``: ``fresh`` blocks are allocated by it and written first.
+  void op(int actor, const std::string* name, const std::vector<int64_t>& reads, const std::vector<int64_t>& writes,
+          std::shared_ptr<CapturedStack> captured, py::object given,
+          std::vector<std::pair<int64_t, BlockName>>* fresh, py::list* found_out) {
+    if (actor != kHost && seen_host_[actor] != host_version_) launch(actor);
+    auto& clock = clocks_[actor];
+    clock[actor] += 1;
+    if (actor == kHost) host_version_ += 1;
+    auto access = std::make_shared<const Access>(Access{actor, clock[actor], name, std::move(captured), std::move(given)});
+    size_t before = found_.size();
+    auto claimed = claims_.find(actor);
+    if (claimed != claims_.end() && !claimed->second.empty()) {
+      for (int64_t key : reads) {
+        auto record = claimed->second.find(key);
+        if (record != claimed->second.end()) {
+          AccessPtr earlier = record->second;
+          claimed->second.erase(record);  // one report per claim
+          add_hazard("read-after-read-done", key, block(key, actor), *earlier, *access);
+        }
+      }
+    }
+    for (int64_t key : reads) {
+      if (!writes.empty() && std::find(writes.begin(), writes.end(), key) != writes.end()) continue;
+      Block& b = block(key, actor);
+      const Access* last = b.write.get();
+      if (last != nullptr && last->actor != actor && clock[last->actor] < last->epoch)
+        add_hazard("read-after-write", key, b, *last, *access);
+      b.read_by(actor, access);
+      if (actor != b.owner) cross_.insert(key);
+    }
+    for (int64_t key : writes) {
+      Block& b = block(key, actor);
+      const Access* last = b.write.get();
+      if (last != nullptr && last->actor != actor && clock[last->actor] < last->epoch)
+        add_hazard("write-after-write", key, b, *last, *access);
+      if (!b.reads.empty()) {
+        for (auto& entry : b.reads) {
+          const Access& other = *entry.second;
+          if (other.actor != actor && clock[other.actor] < other.epoch)
+            add_hazard("write-after-read", key, b, other, *access);
+        }
+        b.reads.clear();
+      }
+      b.write = access;
+      if (actor != b.owner) cross_.insert(key);
+    }
+    if (fresh != nullptr) {
+      for (auto& [key, label] : *fresh) {
+        Block& b = blocks_[key];
+        b = Block();
+        b.name = std::move(label);
+        b.owner = actor;
+        b.write = access;
+        cross_.erase(key);
+      }
+    }
+    if (found_out != nullptr)
+      for (size_t i = before; i < found_.size(); ++i) found_out->append(found_[i]);
+  }
+
+  void allocate(int64_t key, int actor, BlockName name) {
+    Block& b = blocks_[key];
+    b = Block();
+    b.name = std::move(name);
+    b.owner = actor;
+    cross_.erase(key);
+  }
+
+  void name(int64_t key, py::object name) {
+    Block& b = block(key, kHost);
+    b.name = BlockName();
+    b.name.kind = BlockName::kObject;
+    b.name.object = std::move(name);
+  }
+
+  void record_stream(int64_t key, int stream) {
+    Block& b = block(key, stream);
+    if (std::find(b.recorded.begin(), b.recorded.end(), stream) == b.recorded.end()) b.recorded.push_back(stream);
+  }
+
+  // The host frees the block (``RaceDetector.free``): an unordered, unrecorded use by another
+  // actor than its owner is a use-after-free.
+  py::list free(int64_t key, const std::string& op, py::object stack) {
+    py::list found;
+    auto it = blocks_.find(key);
+    bool had = it != blocks_.end();
+    Block b;
+    if (had) {
+      b = std::move(it->second);
+      blocks_.erase(it);
+    }
+    if (cross_.erase(key) == 0) return found;
+    if (!had || b.owner == kHost) return found;
+    const auto& owner_clock = clocks_[b.owner];
+    const auto& host_clock = clocks_[kHost];
+    std::vector<const Access*> users;
+    for (auto& entry : b.reads) users.push_back(entry.second.get());
+    if (b.write) users.push_back(b.write.get());
+    for (const Access* use : users) {
+      if (use->actor == b.owner || use->actor == kHost ||
+          std::find(b.recorded.begin(), b.recorded.end(), use->actor) != b.recorded.end())
+        continue;
+      if (owner_clock[use->actor] >= use->epoch || host_clock[use->actor] >= use->epoch) continue;
+      py::str owner(names_[b.owner]);
+      std::string second = op + " (block returns to stream " + py::repr(owner).cast<std::string>() + "'s pool)";
+      py::object hazard = hazard_(std::string("use-after-free"), block_name(key, b), *use->op, names_[use->actor],
+                                  format(*use), second, names_[kHost], format_stack_(stack));
+      found_.append(hazard);
+      found.append(hazard);
+    }
+    return found;
+  }
+
+  bool crossed(int64_t key) const { return cross_.count(key) != 0; }
+  const std::unordered_set<int64_t>& cross() const { return cross_; }
+  void forget(int64_t key) { blocks_.erase(key); }
+
+  py::list hazards() const { return found_; }
+  const std::vector<std::string>& names() const { return names_; }
+
+ private:
+  void join(int into, const std::vector<int64_t>& other) {
+    auto& clock = clocks_[into];
+    for (size_t i = 0; i < other.size(); ++i) {
+      if (other[i] > clock[i]) {
+        clock[i] = other[i];
+        if (into == kHost) host_version_ += 1;
+      }
+    }
+  }
+
+  Block& block(int64_t key, int actor) {
+    auto it = blocks_.find(key);
+    if (it != blocks_.end()) return it->second;
+    Block& b = blocks_[key];
+    b.owner = actor;
+    return b;
+  }
+
+  py::object format(const Access& access) const {
+    if (access.captured) {
+      py::list pairs;
+      for (auto& [code, offset] : access.captured->frames)
+        pairs.append(py::make_tuple(py::reinterpret_borrow<py::object>(code), offset));
+      return format_stack_(stack_factory_(pairs, access.captured->outer));
+    }
+    return format_stack_(access.given ? access.given : py::tuple());
+  }
+
+  std::string block_name(int64_t key, const Block& b) const {
+    switch (b.name.kind) {
+      case BlockName::kLabel: {
+        py::tuple shape(b.name.shape.size());
+        for (size_t i = 0; i < b.name.shape.size(); ++i) shape[i] = py::int_(b.name.shape[i]);
+        auto* dtype = reinterpret_cast<PyObject*>(torch::getTHPDtype(b.name.dtype));
+        return py::str(label_(shape, py::reinterpret_borrow<py::object>(dtype)));
+      }
+      case BlockName::kObject:
+        return py::str(b.name.object);
+      default:
+        return std::to_string(key);
+    }
+  }
+
+  void add_hazard(const char* kind, int64_t key, const Block& b, const Access& first, const Access& second) {
+    found_.append(hazard_(std::string(kind), block_name(key, b), *first.op, names_[first.actor], format(first),
+                          *second.op, names_[second.actor], format(second)));
+  }
+
+  py::object format_stack_, hazard_, stack_factory_, label_;
+  std::unordered_set<std::string> strings_;
+  std::vector<std::string> names_;
+  std::vector<std::vector<int64_t>> clocks_;
+  std::vector<int64_t> seen_host_;
+  int64_t host_version_ = 0;
+  std::unordered_map<int64_t, Block> blocks_;
+  std::unordered_set<int64_t> cross_;
+  std::unordered_map<int, std::unordered_map<int64_t, AccessPtr>> claims_;
+  py::list found_;
+};
+
+// ---------------------------------------------------------------------------------------- spans
+
+// The virtual timeline's columns (``timeline.Timeline``'s storage): track and name as indices into
+// one string table, start and end, and the host clock when each span was queued.
+class Spans {
+ public:
+  explicit Spans(bool keep) : keep_(keep) {}
+
+  uint32_t intern(const std::string& text) {
+    auto it = index_.find(text);
+    if (it != index_.end()) return it->second;
+    uint32_t id = static_cast<uint32_t>(strings_.size());
+    strings_.push_back(text);
+    index_.emplace(text, id);
+    return id;
+  }
+
+  void add(uint32_t track, uint32_t name, double start, double end) {
+    if (track >= busy_slot_.size()) busy_slot_.resize(track + 1, -1);
+    if (busy_slot_[track] < 0) {
+      busy_slot_[track] = static_cast<int>(busy_.size());
+      busy_.emplace_back(track, 0.0);
+    }
+    auto& busy = busy_[busy_slot_[track]].second;
+    busy = busy + (end - start);
+    if (!has_first_) {
+      has_first_ = true;
+      first_ = start;
+    }
+    if (keep_) {
+      tracks_.push_back(track);
+      names_.push_back(name);
+      times_.push_back(start);
+      times_.push_back(end);
+      issued_.push_back(host_us);
+    }
+  }
+
+  void add_named(const std::string& track, const std::string& name, double start, double end) {
+    add(intern(track), intern(name), start, end);
+  }
+
+  py::dict busy() const {
+    py::dict out;
+    for (auto& [track, us] : busy_) out[py::str(strings_[track])] = us;
+    return out;
+  }
+
+  py::object first() const { return has_first_ ? py::object(py::float_(first_)) : py::object(py::none()); }
+
+  py::list column(const std::vector<uint32_t>& ids) const {
+    py::list out(ids.size());
+    std::vector<py::str> cache;
+    cache.reserve(strings_.size());
+    for (auto& text : strings_) cache.emplace_back(text);
+    for (size_t i = 0; i < ids.size(); ++i) out[i] = cache[ids[i]];
+    return out;
+  }
+
+  bool keep_;
+  double host_us = 0.0;
+  std::vector<std::string> strings_;
+  std::unordered_map<std::string, uint32_t> index_;
+  std::vector<uint32_t> tracks_, names_;
+  std::vector<double> times_, issued_;
+  std::vector<std::pair<uint32_t, double>> busy_;
+  std::vector<int> busy_slot_;
+  bool has_first_ = false;
+  double first_ = 0.0;
+};
+
+// ----------------------------------------------------------------------------------- the recorder
+
+// What the simulator needs to know of an op (``device._op_info``), once per process.
+struct OpFacts {
+  std::string name;
+  bool skip = false;  // a view, or no device work
+  std::vector<char> writes;  // per schema argument
+  bool mutates = false;
+  enum Kind { kPlain, kLinear, kAttention } kind = kPlain;
+  bool python_flops = false;  // torch's FLOP formula, called in Python (none but linear is in C++)
+  bool decomposes = false;  // autograd runs its CompositeImplicitAutograd kernel (not seen whole)
+  PyObject* func = nullptr;  // the OpOverload, a reference held for the process's life
+};
+
+std::unordered_map<const void*, OpFacts> known_ops;  // by the op's schema (ops live forever)
+
+// An op as one recorder knows it: its facts and its name interned by that run's detector and spans.
+struct OpNames {
+  const OpFacts* facts;
+  const std::string* name;
+  uint32_t span_name;
+};
+
+class Recorder;
+thread_local Recorder* active = nullptr;
+
+// ``SimDevice``'s per-op state and hot path (``_OpRecorder.__torch_dispatch__`` and ``_on_op``).
+class Recorder {
+ public:
+  Recorder(Detector& detector, py::object detector_object, Spans& spans, py::object spans_object, py::dict ready,
+           py::object op_facts, py::object linear, py::object attention, py::object flops, double matmul_rate,
+           double vector_rate, double hbm_rate, double launch_us, bool prepacked_linear, bool native_attention,
+           bool measure_host)
+      : detector_(detector), detector_object_(std::move(detector_object)), spans_(spans),
+        spans_object_(std::move(spans_object)), ready_(std::move(ready)), op_facts_(std::move(op_facts)),
+        linear_(std::move(linear)), attention_(std::move(attention)), flops_(std::move(flops)),
+        matmul_rate_(matmul_rate), vector_rate_(vector_rate), hbm_rate_(hbm_rate), launch_us_(launch_us),
+        prepacked_linear_(prepacked_linear), native_attention_(native_attention), measure_host_(measure_host) {}
+
+  // -- the facade's side ------------------------------------------------------------------------
+  void set_stream(int sid, const std::string& name) {
+    sid_ = sid;
+    sid_object_ = py::int_(sid);
+    track_ = spans_.intern(name);
+  }
+
+  void enter(py::object entry, py::object outer) {
+    entry_ = std::move(entry);
+    outer_ = std::move(outer);
+    previous_ = active;
+    was_included_ = c10::impl::tls_is_dispatch_key_included(kHookKey);
+    active = this;
+    c10::impl::tls_set_dispatch_key_included(kHookKey, true);
+  }
+
+  void exit() {
+    c10::impl::tls_set_dispatch_key_included(kHookKey, was_included_);
+    active = previous_;
+    previous_ = nullptr;
+    entry_ = py::none();
+    outer_ = py::tuple();
+  }
+
+  // ``SimDevice._key``: the block of ``t``'s storage, fresh (owned by ``actor``) where new or reused.
+  py::object key(const at::Tensor& t, int actor) {
+    int64_t ptr = storage_key(t);
+    if (ptr == 0) return py::none();
+    auto it = refs_.find(ptr);
+    if (it == refs_.end() || it->second.expired()) fresh(ptr, t, actor, it != refs_.end());
+    return py::int_(ptr);
+  }
+
+  bool is_device(const at::Tensor& t) const {
+    int64_t ptr = storage_key(t);
+    return on_device(ptr);
+  }
+
+  void mark(const at::Tensor& t, int actor) {
+    py::object k = key(t, actor);
+    if (!k.is_none()) device_mem_.insert(k.cast<int64_t>());
+  }
+
+  // ``SimDevice._sweep``: free the blocks other streams used whose storage has died.
+  void sweep() {
+    const auto& cross = detector_.cross();
+    if (cross.empty()) return;
+    std::vector<int64_t> dead;
+    for (int64_t key : cross) {
+      auto it = refs_.find(key);
+      if (it != refs_.end() && it->second.expired()) dead.push_back(key);
+    }
+    for (int64_t key : dead) {
+      refs_.erase(key);
+      device_mem_.erase(key);
+      detector_.free(key, "free (host drops the last reference)", py::tuple());
+    }
+  }
+
+  bool paused = false;
+  double speed = 1.0;
+  double dispatch_s = 0.0;
+
+  // -- the hook ---------------------------------------------------------------------------------
+  void dispatch(const c10::OperatorHandle& op, c10::DispatchKeySet keys, torch::jit::Stack* stack) {
+    auto started = measure_host_ ? std::chrono::steady_clock::now() : std::chrono::steady_clock::time_point();
+    const OpNames& known = facts_of(op);
+    const OpFacts& facts = *known.facts;
+    if (facts.decomposes && keys.has_any(c10::autograd_dispatch_keyset)) {
+      // Outside inference mode autograd splits this op into others before a Python dispatch mode
+      // would see it: let it, and see those (still hooked) instead.
+      op.redispatchBoxed(keys & c10::DispatchKeySet(c10::DispatchKeySet::FULL_AFTER, kHookKey), stack);
+      return;
+    }
+    const auto& schema = op.schema();
+    size_t count = schema.arguments().size();
+    std::vector<c10::IValue> args;
+    if (!facts.skip && !paused) {
+      auto view = torch::jit::last(*stack, count);
+      args.assign(view.begin(), view.end());
+    }
+    if (!route(op, facts, keys, stack)) {
+      c10::impl::ExcludeDispatchKeyGuard unhooked(kHookKey);
+      op.redispatchBoxed(keys & c10::DispatchKeySet(c10::DispatchKeySet::FULL_AFTER, kHookKey), stack);
+    }
+    if (!facts.skip && !paused) {
+      py::gil_scoped_acquire gil;
+      on_op(known, args, torch::jit::last(*stack, schema.returns().size()));
+    }
+    if (measure_host_)
+      dispatch_s += std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
+  }
+
+ private:
+  static int64_t storage_key(const at::Tensor& t) {
+    if (!t.defined() || !t.has_storage()) return 0;
+    return reinterpret_cast<int64_t>(t.storage().data());
+  }
+
+  bool on_device(int64_t ptr) const {
+    if (ptr == 0 || device_mem_.count(ptr) == 0) return false;
+    auto it = refs_.find(ptr);
+    return it != refs_.end() && !it->second.expired();
+  }
+
+  static BlockName label(const at::Tensor& t) {
+    BlockName name;
+    name.kind = BlockName::kLabel;
+    name.shape.assign(t.sizes().begin(), t.sizes().end());
+    name.dtype = t.scalar_type();
+    return name;
+  }
+
+  // ``SimDevice._fresh`` (``dead``: a dead storage's block is at ``ptr``, ``_drop`` it first).
+  void fresh(int64_t ptr, const at::Tensor& t, int actor, bool dead) {
+    if (dead) {
+      refs_.erase(ptr);
+      detector_.free(ptr, "free", py::tuple());
+      device_mem_.erase(ptr);
+    }
+    refs_.insert_or_assign(ptr, t.storage().getWeakStorageImpl());
+    detector_.allocate(ptr, actor, label(t));
+  }
+
+  const OpNames& facts_of(const c10::OperatorHandle& op) {
+    const void* id = &op.schema();
+    auto it = names_.find(id);
+    if (it != names_.end()) return it->second;
+    const OpFacts& facts = learn(op);
+    const std::string* name = detector_.intern(facts.name);
+    return names_.emplace(id, OpNames{&facts, name, spans_.intern(facts.name)}).first->second;
+  }
+
+  const OpFacts& learn(const c10::OperatorHandle& op) {
+    const void* id = &op.schema();
+    auto it = known_ops.find(id);
+    if (it != known_ops.end()) return it->second;
+    py::gil_scoped_acquire gil;
+    const auto& schema = op.schema();
+    py::tuple got = op_facts_(schema.name(), schema.overload_name());
+    OpFacts facts;
+    facts.name = got[0].cast<std::string>();
+    facts.skip = got[1].cast<bool>();
+    facts.writes.assign(schema.arguments().size(), 0);
+    for (auto index : got[2].cast<std::vector<int64_t>>()) facts.writes.at(index) = 1;
+    facts.mutates = got[3].cast<bool>();
+    facts.python_flops = got[4].cast<bool>();
+    facts.kind = static_cast<OpFacts::Kind>(got[5].cast<int>());
+    facts.func = py::object(got[6]).release().ptr();
+    // What autograd runs for a CPU tensor: its CompositeImplicitAutograd ("math") kernel, or not.
+    std::string table = op.dumpComputedTable();
+    auto line = table.find("\nAutogradCPU: ");
+    if (line != std::string::npos) {
+      auto end = table.find('\n', line + 1);
+      facts.decomposes = table.substr(line, end - line).find("[math kernel]") != std::string::npos;
+    }
+    return known_ops.emplace(id, std::move(facts)).first->second;
+  }
+
+  // The plain run's kernels for a projection and a decode batch's attention (``__torch_dispatch__``).
+  bool route(const c10::OperatorHandle& op, const OpFacts& facts, c10::DispatchKeySet, torch::jit::Stack* stack) {
+    if (facts.kind == OpFacts::kPlain) return false;
+    size_t count = op.schema().arguments().size();
+    auto args = torch::jit::last(*stack, count);
+    at::Tensor out;
+    if (facts.kind == OpFacts::kLinear) {
+      if (!prepacked_linear_ || count != 3 || !args[2].isNone()) return false;
+      c10::impl::ExcludeDispatchKeyGuard unhooked(kHookKey);
+      py::gil_scoped_acquire gil;
+      out = linear_(args[0].toTensor(), args[1].toTensor()).cast<at::Tensor>();
+    } else {
+      // (q, keys, values, mask) with enable_gqa and every other argument at its default.
+      if (!native_attention_ || count != 8 || args[3].isNone() || args[4].toDouble() != 0.0 || args[5].toBool() ||
+          !args[6].isNone() || !args[7].toBool())
+        return false;
+      c10::impl::ExcludeDispatchKeyGuard unhooked(kHookKey);
+      py::gil_scoped_acquire gil;
+      py::object result = attention_(args[0].toTensor(), args[1].toTensor(), args[2].toTensor(), args[3].toTensor());
+      if (result.is_none()) return false;  // not a decode batch
+      out = result.cast<at::Tensor>();
+    }
+    torch::jit::drop(*stack, count);
+    torch::jit::push(*stack, std::move(out));
+    return true;
+  }
+
+  // The tensors in an argument, as a Python dispatch mode gets them: a wrapped number (``x + 1``'s
+  // 1, a 0-dim tensor here) reaches Python as the number, no memory.
+  template <typename F>
+  static void each_tensor(const c10::IValue& value, F&& f) {
+    if (value.isTensor()) {
+      const at::Tensor& t = value.toTensor();
+      if (!t.unsafeGetTensorImpl()->is_wrapped_number()) f(t);
+    } else if (value.isTensorList()) {
+      for (const at::Tensor& t : value.toTensorList()) f(t);
+    } else if (value.isList()) {
+      for (const c10::IValue& item : value.toListRef())
+        if (item.isTensor()) f(item.toTensor());
+    }
+  }
+
+  void on_op(const OpNames& known, const std::vector<c10::IValue>& args, c10::ArrayRef<c10::IValue> outs) {
+    const OpFacts& facts = *known.facts;
+    bool device = false;
+    for (const auto& arg : args) {
+      each_tensor(arg, [&](const at::Tensor& t) { device = device || on_device(storage_key(t)); });
+      if (device) break;
+    }
+    if (!device) return;  // host work on host memory: part of the host step
+    int sid = sid_;
+    std::vector<int64_t> reads, writes;
+    int64_t nbytes = 0;
+    for (size_t i = 0; i < args.size(); ++i) {
+      bool write = facts.writes[i] != 0;
+      each_tensor(args[i], [&](const at::Tensor& t) {
+        int64_t ptr = storage_key(t);
+        if (ptr == 0) return;
+        auto it = refs_.find(ptr);
+        if (it == refs_.end() || it->second.expired()) fresh(ptr, t, sid, it != refs_.end());
+        (write ? writes : reads).push_back(ptr);
+        device_mem_.insert(ptr);  // host memory a kernel reads is copied to the device first
+        nbytes += t.numel() * static_cast<int64_t>(t.element_size());
+      });
+    }
+    int64_t out_numel = 0;
+    std::vector<std::pair<int64_t, BlockName>> fresh_outputs;
+    if (!facts.mutates) {
+      auto output = [&](const at::Tensor& t) {
+        int64_t ptr = storage_key(t);
+        if (ptr == 0) return;
+        auto it = refs_.find(ptr);
+        if (it == refs_.end() || it->second.expired()) {
+          if (it != refs_.end()) {  // a dead storage's address: its block goes
+            if (detector_.crossed(ptr))
+              detector_.free(ptr, "free", py::tuple());
+            else
+              detector_.forget(ptr);
+          }
+          refs_.insert_or_assign(ptr, t.storage().getWeakStorageImpl());
+          fresh_outputs.emplace_back(ptr, label(t));
+        } else {
+          writes.push_back(ptr);
+        }
+        device_mem_.insert(ptr);
+        out_numel += t.numel();
+        nbytes += t.numel() * static_cast<int64_t>(t.element_size());
+      };
+      if (outs.size() == 1) {
+        each_tensor(outs[0], output);
+      } else {
+        for (const auto& value : outs)
+          if (value.isTensor()) output(value.toTensor());
+      }
+    }
+    double compute;
+    if (facts.kind == OpFacts::kLinear) {
+      const at::Tensor& input = args[0].toTensor();
+      const at::Tensor& weight = args[1].toTensor();
+      if (input.size(-1) == 0) throw py::value_error("linear over an empty last dimension");
+      int64_t flops = 2 * (input.numel() / input.size(-1)) * weight.size(0) * weight.size(1);
+      compute = static_cast<double>(flops) / matmul_rate_;
+    } else if (facts.python_flops) {
+      py::list values;
+      for (const auto& arg : args) values.append(torch::jit::toPyObject(arg));
+      py::object out = outs.size() == 1 ? torch::jit::toPyObject(outs[0]) : py::object(py::none());
+      if (outs.size() > 1) {
+        py::tuple all(outs.size());
+        for (size_t i = 0; i < outs.size(); ++i) all[i] = torch::jit::toPyObject(outs[i]);
+        out = all;
+      }
+      compute = flops_(py::handle(facts.func), values, out).cast<double>() / matmul_rate_;
+    } else {
+      compute = static_cast<double>(out_numel) / vector_rate_;
+    }
+    double memory = static_cast<double>(nbytes) / hbm_rate_;
+    PyObject* ready = PyDict_GetItemWithError(ready_.ptr(), sid_object_.ptr());  // borrowed
+    if (ready == nullptr) throw py::error_already_set();
+    double start = std::max(PyFloat_AsDouble(ready), spans_.host_us);
+    double end = start + (launch_us_ + std::max(compute, memory)) * speed;
+    py::float_ end_object(end);
+    if (PyDict_SetItem(ready_.ptr(), sid_object_.ptr(), end_object.ptr()) != 0) throw py::error_already_set();
+    spans_.add(track_, known.span_name, start, end);
+    detector_.op(sid, known.name, reads, writes, capture_stack(entry_.ptr(), outer_), py::object(),
+                 fresh_outputs.empty() ? nullptr : &fresh_outputs, nullptr);
+  }
+
+  Detector& detector_;
+  py::object detector_object_;
+  Spans& spans_;
+  py::object spans_object_;
+  py::dict ready_;
+  py::object op_facts_, linear_, attention_, flops_;
+  double matmul_rate_, vector_rate_, hbm_rate_, launch_us_;
+  bool prepacked_linear_, native_attention_, measure_host_;
+  int sid_ = 0;
+  py::object sid_object_ = py::int_(0);
+  uint32_t track_ = 0;
+  py::object entry_ = py::none();
+  py::object outer_ = py::tuple();
+  Recorder* previous_ = nullptr;
+  bool was_included_ = false;
+  std::unordered_map<int64_t, c10::weak_intrusive_ptr<c10::StorageImpl>> refs_;
+  std::unordered_set<int64_t> device_mem_;
+  std::unordered_map<const void*, OpNames> names_;
+};
+
+void hook(const c10::OperatorHandle& op, c10::DispatchKeySet keys, torch::jit::Stack* stack) {
+  Recorder* recorder = active;
+  if (recorder == nullptr) {
+    c10::impl::ExcludeDispatchKeyGuard unhooked(kHookKey);
+    op.redispatchBoxed(keys & c10::DispatchKeySet(c10::DispatchKeySet::FULL_AFTER, kHookKey), stack);
+    return;
+  }
+  recorder->dispatch(op, keys, stack);
+}
+
+std::vector<int64_t> clock_of(const py::object& event) { return event.cast<std::vector<int64_t>>(); }
+
+py::object stack_or_empty(const py::object& stack) { return stack.is_none() ? py::tuple() : stack; }
+
+}  // namespace
+
+TORCH_LIBRARY_IMPL(_, TESTING_ONLY_GenericMode, m) { m.fallback(torch::CppFunction::makeFromBoxedFunction<&hook>()); }
+
+PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
+  m.doc() = "The simulator's per-op work in C++ (scheduler_core/sim/native_core.cpp).";
+
+  py::class_<Detector>(m, "Detector")
+      .def(py::init<py::object, py::object, py::object, py::object>(), py::arg("format_stack"), py::arg("hazard"),
+           py::arg("stack_factory"), py::arg("label"))
+      .def("new_stream", &Detector::new_stream)
+      .def("launch", &Detector::launch)
+      .def("record", [](Detector& d, int stream) { return py::tuple(py::cast(d.record(stream))); })
+      .def("wait_event", [](Detector& d, int stream, py::object event) { d.wait_event(stream, clock_of(event)); })
+      .def("wait_stream", &Detector::wait_stream)
+      .def("sync_event", [](Detector& d, py::object event) { d.sync_event(clock_of(event)); })
+      .def("sync_stream", &Detector::sync_stream)
+      .def("sync_device", &Detector::sync_device)
+      .def("reads_done",
+           [](Detector& d, int stream, py::object event, std::vector<int64_t> keys, py::object stack) {
+             d.reads_done(stream, clock_of(event), keys, stack_or_empty(stack));
+           },
+           py::arg("stream"), py::arg("event"), py::arg("keys"), py::arg("stack") = py::tuple())
+      .def("op",
+           [](Detector& d, int actor, const std::string& op, std::vector<int64_t> reads, std::vector<int64_t> writes,
+              py::object stack, py::object fresh) {
+             std::vector<std::pair<int64_t, BlockName>> blocks;
+             for (auto item : fresh) {
+               auto pair = item.cast<py::tuple>();
+               BlockName name;
+               name.kind = BlockName::kObject;
+               name.object = pair[1];
+               blocks.emplace_back(pair[0].cast<int64_t>(), std::move(name));
+             }
+             py::list found;
+             d.op(actor, d.intern(op), reads, writes, nullptr, stack_or_empty(stack), blocks.empty() ? nullptr : &blocks,
+                  &found);
+             return found;
+           },
+           py::arg("actor"), py::arg("op"), py::arg("reads"), py::arg("writes"), py::arg("stack") = py::tuple(),
+           py::arg("fresh") = py::tuple())
+      .def("allocate",
+           [](Detector& d, int64_t key, int actor, py::object name) {
+             BlockName block;
+             if (!name.is_none() && PyObject_IsTrue(name.ptr())) {
+               block.kind = BlockName::kObject;
+               block.object = name;
+             }
+             d.allocate(key, actor, std::move(block));
+           },
+           py::arg("key"), py::arg("actor"), py::arg("name") = py::none())
+      .def("name", &Detector::name)
+      .def("record_stream", &Detector::record_stream)
+      .def("free", [](Detector& d, int64_t key, const std::string& op, py::object stack) {
+             return d.free(key, op, stack_or_empty(stack));
+           },
+           py::arg("key"), py::arg("op") = "free", py::arg("stack") = py::tuple())
+      .def_property_readonly("hazards", &Detector::hazards)
+      .def_property_readonly("names", &Detector::names);
+
+  py::class_<Spans>(m, "Spans")
+      .def(py::init<bool>())
+      .def("add", &Spans::add_named)
+      .def_readwrite("host_us", &Spans::host_us)
+      .def_readonly("keep_spans", &Spans::keep_)
+      .def_property_readonly("busy_us", &Spans::busy)
+      .def_property_readonly("first_us", &Spans::first)
+      .def_property_readonly("tracks", [](const Spans& s) { return s.column(s.tracks_); })
+      .def_property_readonly("names", [](const Spans& s) { return s.column(s.names_); })
+      .def_property_readonly("times", [](const Spans& s) { return s.times_; })
+      .def_property_readonly("issued", [](const Spans& s) { return s.issued_; });
+
+  py::class_<Recorder>(m, "Recorder")
+      .def(py::init([](py::object detector, py::object spans, py::dict ready, py::object op_facts, py::object linear,
+                       py::object attention, py::object flops, double matmul_rate, double vector_rate,
+                       double hbm_rate, double launch_us, bool prepacked_linear, bool native_attention,
+                       bool measure_host) {
+             return new Recorder(detector.cast<Detector&>(), detector, spans.cast<Spans&>(), spans, std::move(ready),
+                                 std::move(op_facts), std::move(linear), std::move(attention), std::move(flops),
+                                 matmul_rate, vector_rate, hbm_rate, launch_us, prepacked_linear, native_attention,
+                                 measure_host);
+           }))
+      .def("set_stream", &Recorder::set_stream)
+      .def("enter", &Recorder::enter)
+      .def("exit", &Recorder::exit)
+      .def("key", &Recorder::key)
+      .def("is_device", &Recorder::is_device)
+      .def("mark", &Recorder::mark)
+      .def("sweep", &Recorder::sweep)
+      .def_readwrite("paused", &Recorder::paused)
+      .def_readwrite("speed", &Recorder::speed)
+      .def_readonly("dispatch_s", &Recorder::dispatch_s);
+}
