@@ -37,7 +37,7 @@ from torch.utils.flop_counter import flop_registry
 from scheduler_core.cpu_kernels import linear, native_decode_attention, prepacked_projections, set_ops_observed
 from scheduler_core.decode_attention import gathered_decode_attention
 from scheduler_core.device import DEFAULT_STREAM, Device, Event, Stream
-from scheduler_core.platform import Platform
+from scheduler_core.platform import Platform, PlatformError
 from scheduler_core.sim import native
 from scheduler_core.sim.profile import Profile, load_profile
 from scheduler_core.sim.race import HOST, Clock, Hazard, RaceDetector, format_stack
@@ -203,7 +203,7 @@ class SimDevice(Device):
         # bookkeeping are excluded), so a slower scheduler shows on the timeline; not deterministic.
         self.host_time = host_time or os.environ.get(HOST_TIME_ENV, "fixed")
         if self.host_time not in ("fixed", "measured"):
-            raise ValueError(f"{HOST_TIME_ENV}={self.host_time!r}: use fixed or measured")
+            raise PlatformError(f"{HOST_TIME_ENV}={self.host_time!r}: use fixed or measured")
         self._measure_host = self.host_time == "measured"
         p = self.profile  # the hot path's constants, computed as the formulas in the docs write them
         self._matmul_rate, self._vector_rate, self._hbm_rate = p.matmul_tflops * 1e6, p.vector_tflops * 1e6, p.hbm_gbps * 1e3

@@ -19,6 +19,7 @@ import torch
 from torch.utils import cpp_extension
 
 from scheduler_core.native_build import KernelUnavailable, build
+from scheduler_core.platform import PlatformError
 
 log = logging.getLogger(__name__)
 
@@ -30,7 +31,7 @@ SOURCE = Path(__file__).with_name("native_core.cpp")
 def wanted() -> bool:
     value = os.environ.get(NATIVE_ENV, "1")
     if value not in ("0", "1"):
-        raise ValueError(f"{NATIVE_ENV}={value!r}: use 1 (the C++ core where it builds) or 0 (Python)")
+        raise PlatformError(f"{NATIVE_ENV}={value!r}: use 1 (the C++ core where it builds) or 0 (Python)")
     return value == "1"
 
 

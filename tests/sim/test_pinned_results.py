@@ -9,6 +9,8 @@ move, legitimately, when the tiny model's ops, the scheduler's streams or a prof
 re-derive them on the commit before such a change and check the new ones against it
 (``.venv/bin/python -m tests.sim.test_pinned_results`` prints the current digests).
 
+Every case runs on both hot paths (the ``hot_path`` fixture): the C++ core and the Python one.
+
 ``synthetic`` drives a ``SimDevice`` directly (no model, no scheduler): two streams, an event, a
 stream wait, copies, a read-done claim read too early, a write-after-read, a read-after-write and a
 use-after-free, so it keeps pinning the detector's reports when the engine changes.
@@ -176,7 +178,7 @@ EXPECTED: dict[str, dict[str, Any]] = {
 
 
 @pytest.mark.parametrize("case", list(CASES))
-def test_virtual_results_are_pinned_bit_for_bit(tiny, case) -> None:
+def test_virtual_results_are_pinned_bit_for_bit(tiny, hot_path, case) -> None:
     assert CASES[case](tiny) == EXPECTED[case]
 
 

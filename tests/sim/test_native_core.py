@@ -1,0 +1,158 @@
+"""The simulator's C++ core (``scheduler_core/sim/native_core.cpp``) against its Python reference.
+
+The pinned results (test_pinned_results.py) run whole engines on both hot paths; here the two race
+detectors take the same 1,000 seeded random programs of stream operations, allocations, frees,
+names, record_stream and read-done claims, and must report the same hazards after every step. Also:
+where the core cannot be built the simulator says why and runs on Python; a bad setting is refused.
+"""
+from __future__ import annotations
+
+import logging
+import random
+
+import pytest
+
+from scheduler_core.platform import Platform, PlatformError
+from scheduler_core.sim import native
+from scheduler_core.sim.device import SimDevice
+from scheduler_core.sim.race import HOST, Hazard, RaceDetector, format_stack
+
+from .conftest import cpp_compiler
+
+PROGRAMS = 1000
+KEYS = (11, 12, 13, 14)
+
+
+def random_program(rng: random.Random) -> tuple[int, list[tuple]]:
+    streams = rng.randint(2, 4)
+    actions: list[tuple] = []
+    events = 0
+    for step in range(rng.randint(6, 40)):
+        kind = rng.choices(["op", "host_op", "record", "wait_event", "wait_stream", "sync_event", "sync_stream",
+                            "sync_device", "allocate", "free", "name", "record_stream", "reads_done", "fresh"],
+                           [10, 2, 2, 2, 2, 1, 1, 0.3, 1, 2, 0.5, 0.7, 1, 1])[0]
+        s = rng.randint(1, streams)
+        key = rng.choice(KEYS)
+        stack = (f"program.py:{step} in step{step}",)
+        if kind in ("op", "host_op"):
+            reads = rng.sample(KEYS, rng.randint(0, 3))
+            writes = rng.sample(KEYS, rng.randint(0, 2))  # may overlap the reads, as an in-place op's do
+            actions.append(("op", HOST if kind == "host_op" else s, reads, writes, stack))
+        elif kind == "fresh":
+            actions.append(("fresh", s, rng.sample(KEYS, rng.randint(0, 1)), key, stack))
+        elif kind == "record":
+            actions.append(("record", s, events))
+            events += 1
+        elif kind in ("wait_event", "sync_event", "reads_done"):
+            if events:
+                actions.append((kind, s, rng.randrange(events), rng.sample(KEYS, rng.randint(1, 2)), stack))
+        elif kind == "wait_stream":
+            actions.append(("wait_stream", s, rng.choice([t for t in range(1, streams + 1) if t != s])))
+        elif kind == "sync_stream":
+            actions.append(("sync_stream", s))
+        elif kind == "sync_device":
+            actions.append(("sync_device",))
+        elif kind == "allocate":
+            actions.append(("allocate", key, rng.choice([HOST, s]), rng.choice([None, f"buffer{key}"])))
+        elif kind == "free":
+            actions.append(("free", key, stack))
+        elif kind == "name":
+            actions.append(("name", key, f"named{key}"))
+        else:
+            actions.append(("record_stream", key, s))
+    return streams, actions
+
+
+def run(detector, streams: int, actions: list[tuple]) -> list[list[tuple]]:
+    """The hazards each action returned (ops, frees) and, at the end, every hazard reported."""
+    for i in range(streams):
+        assert detector.new_stream(f"s{i + 1}") == i + 1
+    events: dict[int, tuple] = {}
+    returned: list[list[tuple]] = []
+    for index, action in enumerate(actions):
+        kind = action[0]
+        if kind == "op":
+            returned.append(_rows(detector.op(action[1], f"op{index}", list(action[2]), list(action[3]), action[4])))
+        elif kind == "fresh":
+            fresh = [(action[3], f"fresh{index}")]
+            returned.append(_rows(detector.op(action[1], f"op{index}", list(action[2]), [], action[4], fresh)))
+        elif kind == "record":
+            events[action[2]] = detector.record(action[1])
+        elif kind == "wait_event":
+            detector.wait_event(action[1], events[action[2]])
+        elif kind == "sync_event":
+            detector.sync_event(events[action[2]])
+        elif kind == "reads_done":
+            detector.reads_done(action[1], events[action[2]], list(action[3]), action[4])
+        elif kind == "wait_stream":
+            detector.wait_stream(action[1], action[2])
+        elif kind == "sync_stream":
+            detector.sync_stream(action[1])
+        elif kind == "sync_device":
+            detector.sync_device()
+        elif kind == "allocate":
+            detector.allocate(action[1], action[2], action[3])
+        elif kind == "free":
+            returned.append(_rows(detector.free(action[1], f"free{index}", action[2])))
+        elif kind == "name":
+            detector.name(action[1], action[2])
+        else:
+            detector.record_stream(action[1], action[2])
+    returned.append(_rows(detector.hazards))
+    return returned
+
+
+def _rows(hazards: list[Hazard]) -> list[tuple]:
+    return [(h.kind, h.buffer, h.first_op, h.first_stream, h.first_stack, h.second_op, h.second_stream,
+             h.second_stack) for h in hazards]
+
+
+@pytest.fixture(scope="module")
+def core():
+    if not cpp_compiler():
+        pytest.skip("no C++ compiler: nothing to compare")
+    module = native.core()
+    assert module is not None, "the simulator's C++ core did not build (see the warning above)"
+    return module
+
+
+def test_the_cpp_detector_reports_what_the_python_one_does_on_1000_random_programs(core) -> None:
+    rng = random.Random(31)
+    kinds = set()
+    for _ in range(PROGRAMS):
+        streams, actions = random_program(rng)
+        expected = run(RaceDetector(), streams, actions)
+        got = run(core.Detector(format_stack=format_stack, hazard=Hazard, stack_factory=None, label=None),
+                  streams, actions)
+        assert got == expected, actions
+        kinds |= {row[0] for row in expected[-1]}
+    # The programs reach every kind of report, so agreeing is not agreeing on silence.
+    assert kinds == {"read-after-write", "write-after-read", "write-after-write", "use-after-free",
+                     "read-after-read-done"}
+
+
+def test_a_simulator_uses_the_core_where_it_builds(core, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(native.NATIVE_ENV, "1")
+    assert SimDevice(Platform("sim", "cuda-h100"))._core is not None
+    monkeypatch.setenv(native.NATIVE_ENV, "0")
+    assert SimDevice(Platform("sim", "cuda-h100"))._core is None
+
+
+def test_without_a_compiler_the_simulator_says_why_and_runs_on_python(
+        tmp_path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
+    monkeypatch.setenv("CXX", str(tmp_path / "no-such-compiler"))
+    monkeypatch.setenv("PARALLAX_KERNEL_CACHE", str(tmp_path / "cache"))
+    native.core.cache_clear()
+    try:
+        with caplog.at_level(logging.WARNING, logger="scheduler_core.sim.native"):
+            device = SimDevice(Platform("sim", "cuda-h100"))
+        assert device._core is None
+        assert "C++ core is unavailable: no C compiler" in caplog.text and "no-such-compiler" in caplog.text
+    finally:
+        native.core.cache_clear()
+
+
+def test_a_bad_hot_path_setting_is_refused_by_name(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(native.NATIVE_ENV, "yes")
+    with pytest.raises(PlatformError, match="PARALLAX_SIM_NATIVE='yes': use 1"):
+        SimDevice(Platform("sim", "cuda-h100"))
