@@ -9,12 +9,16 @@ are lower bounds for any replay, whose own bookkeeping (the spans and vector clo
 stands for, the external blocks' accesses) comes on top. Best of ``--repeats`` runs, process CPU
 time. Prints a table and writes JSON to bench/results/.
 
+It measures the Python hot path (``PARALLAX_SIM_NATIVE=0``, set here): a layer leaves the hook by
+leaving the dispatch mode, which the C++ core does not use.
+
     .venv/bin/python bench/sim_layer_floor.py [--repeats 5]
 """
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 import time
 from contextlib import nullcontext
@@ -26,6 +30,7 @@ from torch.utils._python_dispatch import _disable_current_modes
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
+os.environ["PARALLAX_SIM_NATIVE"] = "0"
 
 from bench.roofline import best_of  # noqa: E402
 from scheduler_core.engine import Engine  # noqa: E402

@@ -1,9 +1,10 @@
 """Where the simulator's overhead goes: the cost of one aten op (plain, under a do-nothing
-TorchDispatchMode, inside a simulator host step on host memory and on device memory; on device
-memory also with the step entered 60 frames deep, its access stacks cut at the frame that entered
-the step as the simulator does and walked to the root as it did before), and on the
-reference workload the process CPU time of the CPU engine, of the simulator with a do-nothing
-recorder (the dispatch floor) and of the simulator, with the garbage collector's share.
+TorchDispatchMode, inside a simulator host step on host memory and on device memory, on the C++
+core and on the Python hot path; on device memory also with the step entered 60 frames deep, its
+access stacks cut at the frame that entered the step as the simulator does and walked to the root
+as it did before), and on the reference workload the process CPU time of the CPU engine, of the
+Python hot path with a do-nothing recorder (its dispatch floor), of the simulator on each hot path,
+and the garbage collector's share of a C++-core run.
 
     .venv/bin/python bench/sim_op_cost.py [--ops 5000] [--repeats 7]
 """
@@ -11,11 +12,13 @@ from __future__ import annotations
 
 import argparse
 import gc
+import os
 import sys
 import time
+from contextlib import contextmanager
 from pathlib import Path
 from types import SimpleNamespace
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
 import torch
 
@@ -28,7 +31,24 @@ from scheduler_core.platform import DEFAULT_POLICIES, Platform  # noqa: E402
 from scheduler_core.sampling import SamplingParams  # noqa: E402
 from scheduler_core.sim import device as sim_device  # noqa: E402
 from scheduler_core.sim.measure import REFERENCE, reference_model, run_reference  # noqa: E402
+from scheduler_core.sim.native import NATIVE_ENV  # noqa: E402
 from scheduler_core.sim.profile import load_profile  # noqa: E402
+
+PATHS = {"C++ core": "1", "Python": "0"}
+
+
+@contextmanager
+def hot_path(value: str) -> Iterator[None]:
+    """Simulators made inside run on this hot path (``PARALLAX_SIM_NATIVE``)."""
+    before = os.environ.get(NATIVE_ENV)
+    os.environ[NATIVE_ENV] = value
+    try:
+        yield
+    finally:
+        if before is None:
+            del os.environ[NATIVE_ENV]
+        else:
+            os.environ[NATIVE_ENV] = before
 
 
 class _Bare(sim_device._OpRecorder):
@@ -59,21 +79,10 @@ DEEP = 60  # frames above the host step: a test under pytest, a runner's job
 def op_costs(ops: int, repeats: int) -> dict[str, float]:
     a, b = torch.randn(64), torch.randn(64)
     profile = load_profile("cuda-h100")
-    dev = sim_device.SimDevice(Platform("sim", profile.name), profile, noise=False)
-    stream = dev.new_stream("forward")
-    da, db = a.clone(), b.clone()
-    dev.mark_device(da)
-    dev.mark_device(db)
 
     def bare() -> float:
         with _Bare():
             return per_op_us(a, b, ops)
-
-    def in_step(x: torch.Tensor, y: torch.Tensor) -> Callable[[], float]:
-        def run() -> float:
-            with dev.stream(stream):
-                return per_op_us(x, y, ops)
-        return run
 
     def deep(run: Callable[[], float], frames: int = DEEP) -> float:
         return run() if frames == 0 else deep(run, frames - 1)
@@ -89,11 +98,26 @@ def op_costs(ops: int, repeats: int) -> dict[str, float]:
                 sim_device._step_entry = entry  # type: ignore[assignment]
         return walk
 
-    return {"plain": best(lambda: per_op_us(a, b, ops), repeats), "do-nothing dispatch mode": best(bare, repeats),
-            "simulator, host memory": best(in_step(a, b), repeats),
-            "simulator, device memory": best(in_step(da, db), repeats),
-            f"  the step entered {DEEP} frames deep": best(lambda: deep(in_step(da, db)), repeats),
-            "  the same, stacks walked to the root": best(walked_to_the_root(in_step(da, db)), repeats)}
+    out = {"plain": best(lambda: per_op_us(a, b, ops), repeats), "do-nothing dispatch mode": best(bare, repeats)}
+    for name, value in PATHS.items():
+        with hot_path(value):
+            dev = sim_device.SimDevice(Platform("sim", profile.name), profile, noise=False)
+        stream = dev.new_stream("forward")
+        da, db = a.clone(), b.clone()
+        dev.mark_device(da)
+        dev.mark_device(db)
+
+        def in_step(x: torch.Tensor, y: torch.Tensor, dev: Any = dev, stream: Any = stream) -> Callable[[], float]:
+            def run() -> float:
+                with dev.stream(stream):
+                    return per_op_us(x, y, ops)
+            return run
+
+        out[f"simulator ({name}), host memory"] = best(in_step(a, b), repeats)
+        out[f"simulator ({name}), device memory"] = best(in_step(da, db), repeats)
+        out[f"  the step entered {DEEP} frames deep"] = best(lambda: deep(in_step(da, db)), repeats)
+        out["  the same, stacks walked to the root"] = best(walked_to_the_root(in_step(da, db)), repeats)
+    return out
 
 
 def run_costs(repeats: int) -> dict[str, float]:
@@ -115,9 +139,12 @@ def run_costs(repeats: int) -> dict[str, float]:
     recorder = sim_device._OpRecorder
     sim_device._OpRecorder = _Bare  # type: ignore[misc]
     try:
-        out["simulator, do-nothing recorder"] = best(sim, repeats)
+        with hot_path("0"):
+            out["simulator (Python), do-nothing recorder"] = best(sim, repeats)
     finally:
         sim_device._OpRecorder = recorder  # type: ignore[misc]
+    with hot_path("0"):
+        out["simulator (Python)"] = best(sim, repeats)
     collected = [0.0]
 
     def on_gc(phase: str, info: dict) -> None:
@@ -125,11 +152,13 @@ def run_costs(repeats: int) -> dict[str, float]:
 
     gc.callbacks.append(on_gc)
     try:
-        out["simulator"] = best(sim, repeats)
+        with hot_path("1"):
+            out["simulator (C++ core)"] = best(sim, repeats)
         collected[0] = 0.0
-        for _ in range(repeats):
-            sim()
-        out["garbage collector per simulator run (mean)"] = collected[0] / repeats
+        with hot_path("1"):
+            for _ in range(repeats):
+                sim()
+        out["garbage collector per C++-core run (mean)"] = collected[0] / repeats
     finally:
         gc.callbacks.remove(on_gc)
     return out

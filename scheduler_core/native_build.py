@@ -89,15 +89,18 @@ def build(source_path: Path, flags: tuple[str, ...], compiler: str | None = None
         return target
     try:
         directory.mkdir(parents=True, exist_ok=True)
-        lock = open(directory / f".{stem}-{digest}.lock", "a")
+        lock = os.open(directory, os.O_RDONLY)
     except OSError as e:
         raise KernelUnavailable(f"cannot write the kernel cache {directory}: {e} (set {CACHE_ENV})") from e
-    with lock:
-        # One process compiles; the others wait here and find the file (a C++ extension takes
-        # half a minute of CPU: four test workers compiling it at once would pay that four times).
+    try:
+        # One process compiles; the others wait here and then find the file (a C++ extension takes
+        # twenty seconds of CPU: four test workers compiling it at once would pay that four times).
+        # The lock is the directory's own, so the cache holds nothing but the libraries.
         fcntl.flock(lock, fcntl.LOCK_EX)
         if not target.exists():
             _compile(found, compiler, source_path, flags, link, directory, target, timeout_s)
+    finally:
+        os.close(lock)
     return target
 
 

@@ -13,6 +13,7 @@
 #include <ATen/core/stack.h>
 #include <c10/core/impl/LocalDispatchKeySet.h>
 #include <c10/util/SmallVector.h>
+#include <c10/util/flat_hash_map.h>
 #include <torch/csrc/DynamicTypes.h>
 #include <torch/csrc/autograd/python_variable.h>
 #include <torch/csrc/jit/python/pybind_utils.h>
@@ -39,35 +40,27 @@ constexpr int kHost = 0;
 
 // ------------------------------------------------------------------------------------------ stacks
 
-// A captured Python stack, innermost first, up to the frame that entered the host step; ``outer`` is
-// that step's pairs from its caller outward (``device._stack``'s layout). Code objects are owned.
-struct CapturedStack {
-  std::vector<std::pair<PyObject*, int>> frames;
-  py::object outer;
-  ~CapturedStack() {
-    for (auto& frame : frames) Py_DECREF(frame.first);
-  }
-};
+// A captured Python stack, innermost first, up to the frame that entered the host step (code
+// objects owned, with their last instruction offsets); the rest is that step's ``outer`` pairs,
+// kept with the access (``device._stack``'s layout).
+using Frames = c10::SmallVector<std::pair<PyObject*, int>, 12>;
 
 // The calling thread's Python stack (the GIL held): the walk stops at ``entry``, as ``_stack`` does.
-std::shared_ptr<CapturedStack> capture_stack(PyObject* entry, const py::object& outer) {
-  auto stack = std::make_shared<CapturedStack>();
+// Returns whether it reached ``entry`` (else it walked to the root).
+bool capture_stack(PyObject* entry, Frames& frames) {
   PyFrameObject* frame = PyEval_GetFrame();  // borrowed
   Py_XINCREF(frame);
-  bool reached = false;
   while (frame != nullptr) {
-    stack->frames.emplace_back(reinterpret_cast<PyObject*>(PyFrame_GetCode(frame)), PyFrame_GetLasti(frame));
+    frames.emplace_back(reinterpret_cast<PyObject*>(PyFrame_GetCode(frame)), PyFrame_GetLasti(frame));
     if (reinterpret_cast<PyObject*>(frame) == entry) {
-      reached = true;
       Py_DECREF(frame);
-      break;
+      return true;
     }
     PyFrameObject* back = PyFrame_GetBack(frame);
     Py_DECREF(frame);
     frame = back;
   }
-  stack->outer = reached ? outer : py::tuple();
-  return stack;
+  return false;
 }
 
 // ---------------------------------------------------------------------------------- race detector
@@ -76,8 +69,15 @@ struct Access {
   int actor;
   int64_t epoch;
   const std::string* op;  // interned by the detector
-  std::shared_ptr<CapturedStack> captured;  // a stack captured here, or
-  py::object given;  // the stack object Python passed (a tuple or a device._Stack)
+  bool captured;  // ``frames`` and then ``stack``'s pairs; else ``stack`` is what Python passed
+  Frames frames;
+  py::object stack;
+  Access(int actor, int64_t epoch, const std::string* op, bool captured, Frames&& frames, py::object stack)
+      : actor(actor), epoch(epoch), op(op), captured(captured), frames(std::move(frames)), stack(std::move(stack)) {}
+  Access(const Access&) = delete;
+  ~Access() {  // the GIL is held wherever accesses go (every caller is Python or holds it)
+    for (auto& frame : frames) Py_DECREF(frame.first);
+  }
 };
 using AccessPtr = std::shared_ptr<const Access>;
 
@@ -164,21 +164,21 @@ class Detector {
   }
 
   void reads_done(int stream, const std::vector<int64_t>& event, const std::vector<int64_t>& keys, py::object stack) {
-    auto record = std::make_shared<const Access>(
-        Access{stream, event.at(stream), intern("shared-read-done event recorded"), nullptr, std::move(stack)});
+    auto record = std::make_shared<const Access>(stream, event.at(stream), intern("shared-read-done event recorded"),
+                                                 false, Frames(), std::move(stack));
     auto& claimed = claims_[stream];
     for (int64_t key : keys) claimed[key] = record;
   }
 
   // One operation by ``actor``: ``fresh`` blocks are allocated by it and written first.
-  void op(int actor, const std::string* name, const std::vector<int64_t>& reads, const std::vector<int64_t>& writes,
-          std::shared_ptr<CapturedStack> captured, py::object given,
-          std::vector<std::pair<int64_t, BlockName>>* fresh, py::list* found_out) {
+  void op(int actor, const std::string* name, c10::ArrayRef<int64_t> reads, c10::ArrayRef<int64_t> writes,
+          bool captured, Frames&& frames, py::object stack, std::pair<int64_t, BlockName>* fresh, size_t fresh_count,
+          py::list* found_out) {
     if (actor != kHost && seen_host_[actor] != host_version_) launch(actor);
     auto& clock = clocks_[actor];
     clock[actor] += 1;
     if (actor == kHost) host_version_ += 1;
-    auto access = std::make_shared<const Access>(Access{actor, clock[actor], name, std::move(captured), std::move(given)});
+    auto access = std::make_shared<const Access>(actor, clock[actor], name, captured, std::move(frames), std::move(stack));
     size_t before = found_.size();
     auto claimed = claims_.find(actor);
     if (claimed != claims_.end() && !claimed->second.empty()) {
@@ -216,8 +216,9 @@ class Detector {
       b.write = access;
       if (actor != b.owner) cross_.insert(key);
     }
-    if (fresh != nullptr) {
-      for (auto& [key, label] : *fresh) {
+    for (size_t i = 0; i < fresh_count; ++i) {
+      {
+        auto& [key, label] = fresh[i];
         Block& b = blocks_[key];
         b = Block();
         b.name = std::move(label);
@@ -284,7 +285,7 @@ class Detector {
   }
 
   bool crossed(int64_t key) const { return cross_.count(key) != 0; }
-  const std::unordered_set<int64_t>& cross() const { return cross_; }
+  const ska::flat_hash_set<int64_t>& cross() const { return cross_; }
   void forget(int64_t key) { blocks_.erase(key); }
 
   py::list hazards() const { return found_; }
@@ -312,11 +313,11 @@ class Detector {
   py::object format(const Access& access) const {
     if (access.captured) {
       py::list pairs;
-      for (auto& [code, offset] : access.captured->frames)
+      for (auto& [code, offset] : access.frames)
         pairs.append(py::make_tuple(py::reinterpret_borrow<py::object>(code), offset));
-      return format_stack_(stack_factory_(pairs, access.captured->outer));
+      return format_stack_(stack_factory_(pairs, access.stack));
     }
-    return format_stack_(access.given ? access.given : py::tuple());
+    return format_stack_(access.stack ? access.stack : py::tuple());
   }
 
   std::string block_name(int64_t key, const Block& b) const {
@@ -345,8 +346,8 @@ class Detector {
   std::vector<std::vector<int64_t>> clocks_;
   std::vector<int64_t> seen_host_;
   int64_t host_version_ = 0;
-  std::unordered_map<int64_t, Block> blocks_;
-  std::unordered_set<int64_t> cross_;
+  ska::flat_hash_map<int64_t, Block> blocks_;
+  ska::flat_hash_set<int64_t> cross_;
   std::unordered_map<int, std::unordered_map<int64_t, AccessPtr>> claims_;
   py::list found_;
 };
@@ -469,7 +470,7 @@ class Recorder {
   }
 
   void enter(py::object entry, py::object outer) {
-    entry_ = std::move(entry);
+    entry_ = entry.ptr();
     outer_ = std::move(outer);
     previous_ = active;
     was_included_ = c10::impl::tls_is_dispatch_key_included(kHookKey);
@@ -481,7 +482,7 @@ class Recorder {
     c10::impl::tls_set_dispatch_key_included(kHookKey, was_included_);
     active = previous_;
     previous_ = nullptr;
-    entry_ = py::none();
+    entry_ = nullptr;
     outer_ = py::tuple();
   }
 
@@ -490,7 +491,7 @@ class Recorder {
     int64_t ptr = storage_key(t);
     if (ptr == 0) return py::none();
     auto it = refs_.find(ptr);
-    if (it == refs_.end() || it->second.expired()) fresh(ptr, t, actor, it != refs_.end());
+    if (it == refs_.end() || it->second.ref.expired()) fresh(ptr, t, actor, it != refs_.end());
     return py::int_(ptr);
   }
 
@@ -501,7 +502,7 @@ class Recorder {
 
   void mark(const at::Tensor& t, int actor) {
     py::object k = key(t, actor);
-    if (!k.is_none()) device_mem_.insert(k.cast<int64_t>());
+    if (!k.is_none()) refs_.find(k.cast<int64_t>())->second.device = true;
   }
 
   // ``SimDevice._sweep``: free the blocks other streams used whose storage has died.
@@ -511,11 +512,10 @@ class Recorder {
     std::vector<int64_t> dead;
     for (int64_t key : cross) {
       auto it = refs_.find(key);
-      if (it != refs_.end() && it->second.expired()) dead.push_back(key);
+      if (it != refs_.end() && it->second.ref.expired()) dead.push_back(key);
     }
     for (int64_t key : dead) {
       refs_.erase(key);
-      device_mem_.erase(key);
       detector_.free(key, "free (host drops the last reference)", py::tuple());
     }
   }
@@ -537,10 +537,10 @@ class Recorder {
     }
     const auto& schema = op.schema();
     size_t count = schema.arguments().size();
-    std::vector<c10::IValue> args;
+    c10::SmallVector<c10::IValue, 8> args;
     if (!facts.skip && !paused) {
       auto view = torch::jit::last(*stack, count);
-      args.assign(view.begin(), view.end());
+      args.append(view.begin(), view.end());
     }
     if (!route(op, facts, keys, stack)) {
       c10::impl::ExcludeDispatchKeyGuard unhooked(kHookKey);
@@ -561,9 +561,9 @@ class Recorder {
   }
 
   bool on_device(int64_t ptr) const {
-    if (ptr == 0 || device_mem_.count(ptr) == 0) return false;
+    if (ptr == 0) return false;
     auto it = refs_.find(ptr);
-    return it != refs_.end() && !it->second.expired();
+    return it != refs_.end() && it->second.device && !it->second.ref.expired();
   }
 
   static BlockName label(const at::Tensor& t) {
@@ -577,11 +577,10 @@ class Recorder {
   // ``SimDevice._fresh`` (``dead``: a dead storage's block is at ``ptr``, ``_drop`` it first).
   void fresh(int64_t ptr, const at::Tensor& t, int actor, bool dead) {
     if (dead) {
-      refs_.erase(ptr);
+      refs_.erase(ptr);  // its device flag goes with it (``_drop``)
       detector_.free(ptr, "free", py::tuple());
-      device_mem_.erase(ptr);
     }
-    refs_.insert_or_assign(ptr, t.storage().getWeakStorageImpl());
+    refs_.insert_or_assign(ptr, Tracked{t.storage().getWeakStorageImpl(), false});
     detector_.allocate(ptr, actor, label(t));
   }
 
@@ -662,7 +661,7 @@ class Recorder {
     }
   }
 
-  void on_op(const OpNames& known, const std::vector<c10::IValue>& args, c10::ArrayRef<c10::IValue> outs) {
+  void on_op(const OpNames& known, c10::ArrayRef<c10::IValue> args, c10::ArrayRef<c10::IValue> outs) {
     const OpFacts& facts = *known.facts;
     bool device = false;
     for (const auto& arg : args) {
@@ -671,7 +670,7 @@ class Recorder {
     }
     if (!device) return;  // host work on host memory: part of the host step
     int sid = sid_;
-    std::vector<int64_t> reads, writes;
+    c10::SmallVector<int64_t, 8> reads, writes;
     int64_t nbytes = 0;
     for (size_t i = 0; i < args.size(); ++i) {
       bool write = facts.writes[i] != 0;
@@ -679,32 +678,38 @@ class Recorder {
         int64_t ptr = storage_key(t);
         if (ptr == 0) return;
         auto it = refs_.find(ptr);
-        if (it == refs_.end() || it->second.expired()) fresh(ptr, t, sid, it != refs_.end());
+        if (it == refs_.end() || it->second.ref.expired()) {
+          fresh(ptr, t, sid, it != refs_.end());
+          it = refs_.find(ptr);
+        }
         (write ? writes : reads).push_back(ptr);
-        device_mem_.insert(ptr);  // host memory a kernel reads is copied to the device first
+        it->second.device = true;  // host memory a kernel reads is copied to the device first
         nbytes += t.numel() * static_cast<int64_t>(t.element_size());
       });
     }
     int64_t out_numel = 0;
-    std::vector<std::pair<int64_t, BlockName>> fresh_outputs;
+    c10::SmallVector<std::pair<int64_t, BlockName>, 2> fresh_outputs;
     if (!facts.mutates) {
       auto output = [&](const at::Tensor& t) {
         int64_t ptr = storage_key(t);
         if (ptr == 0) return;
         auto it = refs_.find(ptr);
-        if (it == refs_.end() || it->second.expired()) {
-          if (it != refs_.end()) {  // a dead storage's address: its block goes
+        if (it == refs_.end() || it->second.ref.expired()) {
+          if (it != refs_.end()) {  // a dead storage's address: its block goes (its device flag stays)
+            it->second.ref = t.storage().getWeakStorageImpl();
+            it->second.device = true;
             if (detector_.crossed(ptr))
               detector_.free(ptr, "free", py::tuple());
             else
               detector_.forget(ptr);
+          } else {
+            refs_.emplace(ptr, Tracked{t.storage().getWeakStorageImpl(), true});
           }
-          refs_.insert_or_assign(ptr, t.storage().getWeakStorageImpl());
           fresh_outputs.emplace_back(ptr, label(t));
         } else {
           writes.push_back(ptr);
+          it->second.device = true;
         }
-        device_mem_.insert(ptr);
         out_numel += t.numel();
         nbytes += t.numel() * static_cast<int64_t>(t.element_size());
       };
@@ -743,8 +748,10 @@ class Recorder {
     py::float_ end_object(end);
     if (PyDict_SetItem(ready_.ptr(), sid_object_.ptr(), end_object.ptr()) != 0) throw py::error_already_set();
     spans_.add(track_, known.span_name, start, end);
-    detector_.op(sid, known.name, reads, writes, capture_stack(entry_.ptr(), outer_), py::object(),
-                 fresh_outputs.empty() ? nullptr : &fresh_outputs, nullptr);
+    Frames frames;
+    bool reached = capture_stack(entry_, frames);
+    detector_.op(sid, known.name, reads, writes, true, std::move(frames), reached ? outer_ : py::tuple(),
+                 fresh_outputs.data(), fresh_outputs.size(), nullptr);
   }
 
   Detector& detector_;
@@ -758,12 +765,20 @@ class Recorder {
   int sid_ = 0;
   py::object sid_object_ = py::int_(0);
   uint32_t track_ = 0;
-  py::object entry_ = py::none();
+  // Compared, never followed, so borrowed: ``SimDevice._entry`` holds the frame for the step. A
+  // reference here would be one the garbage collector cannot see: a step left open in a suspended
+  // generator (frame -> generator -> device -> this) would never be collected and closed.
+  PyObject* entry_ = nullptr;
   py::object outer_ = py::tuple();
   Recorder* previous_ = nullptr;
   bool was_included_ = false;
-  std::unordered_map<int64_t, c10::weak_intrusive_ptr<c10::StorageImpl>> refs_;
-  std::unordered_set<int64_t> device_mem_;
+  // Each block's storage, weakly (a dead one's address may be reused), and whether it is device
+  // memory (``SimDevice._refs`` and ``_device_mem``).
+  struct Tracked {
+    c10::weak_intrusive_ptr<c10::StorageImpl> ref;
+    bool device;
+  };
+  ska::flat_hash_map<int64_t, Tracked> refs_;
   std::unordered_map<const void*, OpNames> names_;
 };
 
@@ -816,7 +831,7 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
                blocks.emplace_back(pair[0].cast<int64_t>(), std::move(name));
              }
              py::list found;
-             d.op(actor, d.intern(op), reads, writes, nullptr, stack_or_empty(stack), blocks.empty() ? nullptr : &blocks,
+             d.op(actor, d.intern(op), reads, writes, false, Frames(), stack_or_empty(stack), blocks.data(), blocks.size(),
                   &found);
              return found;
            },

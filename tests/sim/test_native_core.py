@@ -7,11 +7,15 @@ where the core cannot be built the simulator says why and runs on Python; a bad 
 """
 from __future__ import annotations
 
+import gc
 import logging
 import random
+import weakref
+from typing import Iterator
 
 import pytest
 
+from scheduler_core.cpu_kernels import ops_observed
 from scheduler_core.platform import Platform, PlatformError
 from scheduler_core.sim import native
 from scheduler_core.sim.device import SimDevice
@@ -156,3 +160,28 @@ def test_a_bad_hot_path_setting_is_refused_by_name(monkeypatch: pytest.MonkeyPat
     monkeypatch.setenv(native.NATIVE_ENV, "yes")
     with pytest.raises(PlatformError, match="PARALLAX_SIM_NATIVE='yes': use 1"):
         SimDevice(Platform("sim", "cuda-h100"))
+
+
+def _open_a_step_and_return(device: SimDevice) -> None:
+    """Enters a host step in a generator and returns with it suspended inside (this frame enters it)."""
+    def step() -> Iterator[None]:
+        with device.stream(device.current_stream()):
+            yield
+    steps = step()
+    next(steps)
+
+
+def test_a_step_left_open_in_an_abandoned_generator_ends_when_it_is_collected(core, monkeypatch) -> None:
+    # The C++ core only: on the Python path torch's stack of dispatch modes holds the open step's
+    # mode, and with it the device, until the step is closed by hand.
+    monkeypatch.setenv(native.NATIVE_ENV, "1")
+    device = SimDevice(Platform("sim", "cuda-h100"), noise=False)
+    _open_a_step_and_return(device)
+    assert ops_observed()
+    # The step's frame, its generator and the device refer to each other: garbage once the device is
+    # dropped, which the collector must be able to see whole to close the step.
+    collected = weakref.ref(device)
+    del device
+    gc.collect()
+    assert collected() is None
+    assert not ops_observed()  # the step ended: nothing watches this thread's ops any more
