@@ -115,8 +115,8 @@ def op_costs(ops: int, repeats: int) -> dict[str, float]:
 
         out[f"simulator ({name}), host memory"] = best(in_step(a, b), repeats)
         out[f"simulator ({name}), device memory"] = best(in_step(da, db), repeats)
-        out[f"  the step entered {DEEP} frames deep"] = best(lambda: deep(in_step(da, db)), repeats)
-        out["  the same, stacks walked to the root"] = best(walked_to_the_root(in_step(da, db)), repeats)
+        out[f"  ({name}) the step entered {DEEP} frames deep"] = best(lambda: deep(in_step(da, db)), repeats)
+        out[f"  ({name}) the same, stacks walked to the root"] = best(walked_to_the_root(in_step(da, db)), repeats)
     return out
 
 

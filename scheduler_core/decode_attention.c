@@ -119,3 +119,19 @@ int parallax_decode_attention(const float* q, const float* k_cache, const float*
     free(scores);
     return 0;
 }
+
+/* A decode batch's boolean attention mask, [batch, span] contiguous, as the model's torch path builds
+   it: each row keeps its request's first keys (1...1 0...0, at least one). Writes each row's length
+   to lens and returns 0; returns 1 for any other mask. */
+int parallax_prefix_lengths(const uint8_t* mask, int64_t batch, int64_t span, int64_t* lens) {
+    for (int64_t b = 0; b < batch; b++) {
+        const uint8_t* row = mask + b * span;
+        int64_t len = 0;
+        while (len < span && row[len]) len++;
+        if (len == 0) return 1;
+        for (int64_t i = len; i < span; i++)
+            if (row[i]) return 1;
+        lens[b] = len;
+    }
+    return 0;
+}

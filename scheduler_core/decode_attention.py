@@ -47,6 +47,9 @@ def _declare(library: ctypes.CDLL) -> None:
     function = library.parallax_decode_attention
     function.argtypes = [ctypes.c_void_p] * 6 + [ctypes.c_int64] * 5 + [ctypes.c_float]
     function.restype = ctypes.c_int
+    lengths = library.parallax_prefix_lengths
+    lengths.argtypes = [ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64, ctypes.c_void_p]
+    lengths.restype = ctypes.c_int
 
 
 @functools.cache
@@ -82,6 +85,14 @@ def decode_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tens
         raise ValueError(f"decode_attention: q {tuple(q.shape)}, caches {tuple(k_cache.shape)} / "
                          f"{tuple(v_cache.shape)}, indices {tuple(kv_indices.shape)} {kv_indices.dtype}, "
                          f"lengths {kv_lens.tolist()} do not fit together")
+    return _run(lib, q, k_cache, v_cache, kv_indices, kv_lens)
+
+
+def _run(lib: ctypes.CDLL, q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, kv_indices: torch.Tensor,
+         kv_lens: torch.Tensor) -> torch.Tensor:
+    """The kernel on operands known to fit together (``decode_attention`` checks them)."""
+    batch, heads, head_dim = q.shape
+    kv_heads = k_cache.shape[1]
     q = q.contiguous()
     kv_indices = kv_indices if kv_indices.stride(1) == 1 else kv_indices.contiguous()
     kv_lens = kv_lens.contiguous()
@@ -112,11 +123,21 @@ def gathered_decode_attention(q: torch.Tensor, keys: torch.Tensor, values: torch
     rows_k, rows_v = keys.transpose(1, 2), values.transpose(1, 2)  # [B, S, kv_heads, head_dim]
     if not (rows_k.is_contiguous() and rows_v.is_contiguous()):
         return None
-    mask = attn_mask.view(batch, span)
-    lens = mask.sum(-1)
-    if not torch.equal(mask, torch.arange(span)[None, :] < lens[:, None]) or int(lens.min()) < 1:
+    if not attn_mask.is_contiguous():
         return None
-    slots = torch.arange(batch * span).view(batch, span)
-    out = decode_attention(q.reshape(batch, heads, head_dim), rows_k.view(batch * span, -1, head_dim),
-                           rows_v.view(batch * span, -1, head_dim), slots, lens)
+    lib = library()
+    lens = torch.empty(batch, dtype=torch.int64)
+    # One C call for what five torch ops did (sum, compare with positions, equal, min): the simulator
+    # computes every decode attention through here, a few times a step per layer.
+    if lib.parallax_prefix_lengths(attn_mask.data_ptr(), batch, span, lens.data_ptr()) != 0:  # type: ignore[union-attr]
+        return None
+    # The slots are the gathered rows in order and every length is 1..span: they fit by construction.
+    out = _run(lib, q.reshape(batch, heads, head_dim), rows_k.view(batch * span, -1, head_dim),  # type: ignore[arg-type]
+               rows_v.view(batch * span, -1, head_dim), _slots(batch, span), lens)
     return out.view(batch, 1, heads, head_dim).transpose(1, 2)
+
+
+@functools.lru_cache(maxsize=16)
+def _slots(batch: int, span: int) -> torch.Tensor:
+    """Row b's keys are gathered rows b * span ... (only read, never written)."""
+    return torch.arange(batch * span).view(batch, span)

@@ -179,3 +179,29 @@ def test_the_onednn_choice_keeps_the_prepacked_projections_and_torchs_attention(
     loaded = load_model("tiny-random")
     decode_logits(loaded)
     assert loaded.model.layers[0].self_attn.qkv_proj.prepacked and kernel_calls == []
+
+
+def _gathered(lens: list[int], span: int = 6, heads: int = 4, kv_heads: int = 2, head_dim: int = 32):
+    """A decode batch as the model's torch path builds it: q, gathered keys and values (transposed
+    views of [B, S, kv_heads, head_dim] rows) and the boolean mask keeping each request's first keys."""
+    generator = torch.Generator().manual_seed(len(lens) * 31 + span)
+    q = torch.randn((len(lens), heads, 1, head_dim), generator=generator)
+    rows_k = torch.randn((len(lens), span, kv_heads, head_dim), generator=generator)
+    rows_v = torch.randn((len(lens), span, kv_heads, head_dim), generator=generator)
+    mask = (torch.arange(span)[None, :] < torch.tensor(lens)[:, None]).view(len(lens), 1, 1, span)
+    return q, rows_k.transpose(1, 2), rows_v.transpose(1, 2), mask
+
+
+def test_a_gathered_decode_batch_gives_torchs_attention() -> None:
+    q, keys, values, mask = _gathered([6, 1, 3])
+    got = decode_attention.gathered_decode_attention(q, keys, values, mask)
+    expected = F.scaled_dot_product_attention(q, keys, values, attn_mask=mask, enable_gqa=True)
+    assert got is not None and torch.allclose(got, expected, atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.parametrize("row", [[0, 1, 1, 0, 0, 0], [1, 0, 1, 0, 0, 0], [0, 0, 0, 0, 0, 0]],
+                         ids=["a leading gap", "a hole", "no key"])
+def test_a_mask_that_keeps_no_prefix_of_keys_is_left_to_torch(row: list[int]) -> None:
+    q, keys, values, mask = _gathered([6, 2, 3])
+    mask[1, 0, 0] = torch.tensor(row, dtype=torch.bool)
+    assert decode_attention.gathered_decode_attention(q, keys, values, mask) is None
