@@ -3,7 +3,8 @@ CUDA and the CPU.
 
 Tensor values are computed eagerly on the CPU with the plain run's kernels (the prepacked linear of
 ``scheduler_core.cpu_kernels`` included), so outputs are the real outputs. While the engine works
-inside ``device.stream(...)``, a ``TorchDispatchMode`` sees every aten op, attributes it to the
+inside ``device.stream(...)``, a hook sees every aten op (the C++ core of ``native_core.cpp`` where it
+builds, else the ``TorchDispatchMode`` below, which is its reference), attributes it to the
 current virtual stream, gives it a duration from the profile (FLOPs over throughput or bytes over
 bandwidth, plus the kernel launch cost) and places it on the virtual timeline: an op starts when its
 stream is free and the host has issued it. Copies, event records, cross-stream waits and host
