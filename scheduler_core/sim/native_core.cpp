@@ -462,6 +462,10 @@ class Recorder {
         matmul_rate_(matmul_rate), vector_rate_(vector_rate), hbm_rate_(hbm_rate), launch_us_(launch_us),
         prepacked_linear_(prepacked_linear), native_attention_(native_attention), measure_host_(measure_host) {}
 
+  ~Recorder() {
+    if (active == this) exit();  // dropped inside a step (its exit never ran): unhook this thread
+  }
+
   // -- the facade's side ------------------------------------------------------------------------
   void set_stream(int sid, const std::string& name) {
     sid_ = sid;
