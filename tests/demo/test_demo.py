@@ -16,6 +16,7 @@ import pytest
 import requests
 
 from app.demo.story import default_story
+from scheduler_core.native_build import CACHE_ENV, cache_dir
 
 ROOT = Path(__file__).resolve().parents[2]
 PARALLAX = str(ROOT / ".venv/bin/parallax")
@@ -29,7 +30,10 @@ def blamed(alert: dict) -> set[str]:
 
 
 def _env(tmp_path: Path) -> dict[str, str]:
-    return {"PATH": "/usr/bin:/bin", "HOME": str(tmp_path), "PYTHONUNBUFFERED": "1"}
+    # A fresh home, but the machine's kernel cache: the simulator's C++ core (about 20 s to build) is
+    # built once per machine, not once per demo.
+    return {"PATH": "/usr/bin:/bin", "HOME": str(tmp_path), "PYTHONUNBUFFERED": "1",
+            CACHE_ENV: str(cache_dir())}
 
 
 @pytest.mark.slow
