@@ -71,14 +71,16 @@ def _cpu_identity() -> str:
 
 
 def build(source_path: Path, flags: tuple[str, ...], compiler: str | None = None,
-          directory: Path | None = None, link: tuple[str, ...] = (), timeout_s: float = 120) -> Path:
+          directory: Path | None = None, link: tuple[str, ...] = (), timeout_s: float = 120,
+          compiler_env: str = "CC") -> Path:
     """The compiled library's path, compiling it if this source, flags, compiler and CPU have none
     yet; ``link`` goes after the source (libraries). Processes asking at once wait for one build.
-    Raises `KernelUnavailable` naming what is missing or what the compiler said."""
-    compiler = compiler or os.environ.get("CC") or "cc"
+    ``compiler_env`` names the variable that chooses the compiler (``CXX`` for C++). Raises
+    `KernelUnavailable` naming what is missing or what the compiler said."""
+    compiler = compiler or os.environ.get(compiler_env) or "cc"
     found = shutil.which(compiler)
     if found is None:
-        raise KernelUnavailable(f"no C compiler {compiler!r} on PATH (set CC)")
+        raise KernelUnavailable(f"no C compiler {compiler!r} on PATH (set {compiler_env})")
     source = _source_with_headers(source_path)
     digest = hashlib.sha256(b"\0".join([source, " ".join(flags + link).encode(), found.encode(),
                                         _cpu_identity().encode()])).hexdigest()[:16]

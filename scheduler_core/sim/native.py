@@ -43,9 +43,8 @@ def _flags() -> tuple[tuple[str, ...], tuple[str, ...]]:
     flags = ("-O2", "-shared", "-fPIC", "-std=c++17", "-w", f"-DTORCH_EXTENSION_NAME={MODULE}",
              f"-D_GLIBCXX_USE_CXX11_ABI={int(torch._C._GLIBCXX_USE_CXX11_ABI)}",
              f"-DPARALLAX_TORCH_VERSION=\"{torch.__version__}\"", *(f"-I{path}" for path in includes))
-    libs = [str(root / "lib")]
-    link = (*(f"-L{path}" for path in libs), *(f"-Wl,-rpath,{path}" for path in libs),
-            "-lc10", "-ltorch", "-ltorch_cpu", "-ltorch_python")
+    libs = root / "lib"
+    link = (f"-L{libs}", f"-Wl,-rpath,{libs}", "-lc10", "-ltorch", "-ltorch_cpu", "-ltorch_python")
     return flags, link
 
 
@@ -54,7 +53,8 @@ def core() -> ModuleType | None:
     """The compiled core, or None (logged once) where it cannot be built or loaded."""
     try:
         flags, link = _flags()
-        path = build(SOURCE, flags, compiler=os.environ.get("CXX") or "c++", link=link, timeout_s=600)
+        path = build(SOURCE, flags, compiler=os.environ.get("CXX") or "c++", link=link, timeout_s=600,
+                     compiler_env="CXX")
         spec = importlib.util.spec_from_file_location(MODULE, path)
         if spec is None or spec.loader is None:
             raise KernelUnavailable(f"cannot load {path}")

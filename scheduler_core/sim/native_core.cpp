@@ -149,14 +149,14 @@ class Detector {
     claims_.erase(stream);
     launch(stream);
     launch(other);
-    join(stream, std::vector<int64_t>(clocks_[other]));
+    join(stream, clocks_[other]);
   }
 
   void sync_event(const std::vector<int64_t>& event) { join(kHost, event); }
 
   void sync_stream(int stream) {
     launch(stream);
-    join(kHost, std::vector<int64_t>(clocks_[stream]));
+    join(kHost, clocks_[stream]);
   }
 
   void sync_device() {
@@ -217,15 +217,13 @@ class Detector {
       if (actor != b.owner) cross_.insert(key);
     }
     for (size_t i = 0; i < fresh_count; ++i) {
-      {
-        auto& [key, label] = fresh[i];
-        Block& b = blocks_[key];
-        b = Block();
-        b.name = std::move(label);
-        b.owner = actor;
-        b.write = access;
-        cross_.erase(key);
-      }
+      auto& [key, label] = fresh[i];
+      Block& b = blocks_[key];
+      b = Block();
+      b.name = std::move(label);
+      b.owner = actor;
+      b.write = access;
+      cross_.erase(key);
     }
     if (found_out != nullptr)
       for (size_t i = before; i < found_.size(); ++i) found_out->append(found_[i]);
@@ -451,6 +449,13 @@ thread_local Recorder* active = nullptr;
 
 // ``SimDevice``'s per-op state and hot path (``_OpRecorder.__torch_dispatch__`` and ``_on_op``).
 class Recorder {
+  // Each block's storage, weakly (a dead one's address may be reused), and whether it is device
+  // memory (``SimDevice._refs`` and ``_device_mem``).
+  struct Tracked {
+    c10::weak_intrusive_ptr<c10::StorageImpl> ref;
+    bool device;
+  };
+
  public:
   Recorder(Detector& detector, py::object detector_object, Spans& spans, py::object spans_object, py::dict ready,
            py::object op_facts, py::object linear, py::object attention, py::object flops, double matmul_rate,
@@ -494,8 +499,7 @@ class Recorder {
   py::object key(const at::Tensor& t, int actor) {
     int64_t ptr = storage_key(t);
     if (ptr == 0) return py::none();
-    auto it = refs_.find(ptr);
-    if (it == refs_.end() || it->second.ref.expired()) fresh(ptr, t, actor, it != refs_.end());
+    tracked(ptr, t, actor);
     return py::int_(ptr);
   }
 
@@ -505,8 +509,8 @@ class Recorder {
   }
 
   void mark(const at::Tensor& t, int actor) {
-    py::object k = key(t, actor);
-    if (!k.is_none()) refs_.find(k.cast<int64_t>())->second.device = true;
+    int64_t ptr = storage_key(t);
+    if (ptr != 0) tracked(ptr, t, actor).device = true;
   }
 
   // ``SimDevice._sweep``: free the blocks other streams used whose storage has died.
@@ -546,7 +550,7 @@ class Recorder {
       auto view = torch::jit::last(*stack, count);
       args.append(view.begin(), view.end());
     }
-    if (!route(op, facts, keys, stack)) {
+    if (!route(op, facts, stack)) {
       c10::impl::ExcludeDispatchKeyGuard unhooked(kHookKey);
       op.redispatchBoxed(keys & c10::DispatchKeySet(c10::DispatchKeySet::FULL_AFTER, kHookKey), stack);
     }
@@ -578,14 +582,16 @@ class Recorder {
     return name;
   }
 
-  // ``SimDevice._fresh`` (``dead``: a dead storage's block is at ``ptr``, ``_drop`` it first).
-  void fresh(int64_t ptr, const at::Tensor& t, int actor, bool dead) {
-    if (dead) {
-      refs_.erase(ptr);  // its device flag goes with it (``_drop``)
-      detector_.free(ptr, "free", py::tuple());
-    }
-    refs_.insert_or_assign(ptr, Tracked{t.storage().getWeakStorageImpl(), false});
+  // The entry of ``t``'s storage at ``ptr`` (not 0); where there is none, or a dead storage's
+  // (``_drop``: its block is freed, its device flag goes), a fresh block owned by ``actor``
+  // (``SimDevice._key`` and ``_fresh``).
+  Tracked& tracked(int64_t ptr, const at::Tensor& t, int actor) {
+    auto it = refs_.find(ptr);
+    if (it != refs_.end() && !it->second.ref.expired()) return it->second;
+    if (it != refs_.end()) detector_.free(ptr, "free", py::tuple());
+    Tracked& entry = refs_.insert_or_assign(ptr, Tracked{t.storage().getWeakStorageImpl(), false}).first->second;
     detector_.allocate(ptr, actor, label(t));
+    return entry;
   }
 
   const OpNames& facts_of(const c10::OperatorHandle& op) {
@@ -624,7 +630,7 @@ class Recorder {
   }
 
   // The plain run's kernels for a projection and a decode batch's attention (``__torch_dispatch__``).
-  bool route(const c10::OperatorHandle& op, const OpFacts& facts, c10::DispatchKeySet, torch::jit::Stack* stack) {
+  bool route(const c10::OperatorHandle& op, const OpFacts& facts, torch::jit::Stack* stack) {
     if (facts.kind == OpFacts::kPlain) return false;
     size_t count = op.schema().arguments().size();
     auto args = torch::jit::last(*stack, count);
@@ -681,13 +687,8 @@ class Recorder {
       each_tensor(args[i], [&](const at::Tensor& t) {
         int64_t ptr = storage_key(t);
         if (ptr == 0) return;
-        auto it = refs_.find(ptr);
-        if (it == refs_.end() || it->second.ref.expired()) {
-          fresh(ptr, t, sid, it != refs_.end());
-          it = refs_.find(ptr);
-        }
         (write ? writes : reads).push_back(ptr);
-        it->second.device = true;  // host memory a kernel reads is copied to the device first
+        tracked(ptr, t, sid).device = true;  // host memory a kernel reads is copied to the device first
         nbytes += t.numel() * static_cast<int64_t>(t.element_size());
       });
     }
@@ -776,12 +777,6 @@ class Recorder {
   py::object outer_ = py::tuple();
   Recorder* previous_ = nullptr;
   bool was_included_ = false;
-  // Each block's storage, weakly (a dead one's address may be reused), and whether it is device
-  // memory (``SimDevice._refs`` and ``_device_mem``).
-  struct Tracked {
-    c10::weak_intrusive_ptr<c10::StorageImpl> ref;
-    bool device;
-  };
   ska::flat_hash_map<int64_t, Tracked> refs_;
   std::unordered_map<const void*, OpNames> names_;
 };

@@ -152,6 +152,7 @@ def test_without_a_compiler_the_simulator_says_why_and_runs_on_python(
             device = SimDevice(Platform("sim", "cuda-h100"))
         assert device._core is None
         assert "C++ core is unavailable: no C compiler" in caplog.text and "no-such-compiler" in caplog.text
+        assert "(set CXX)" in caplog.text
     finally:
         native.core.cache_clear()
 
