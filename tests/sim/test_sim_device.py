@@ -5,6 +5,7 @@ import inspect
 import json
 from typing import Iterator
 
+import numpy as np
 import pytest
 import torch
 
@@ -159,3 +160,26 @@ def test_a_step_entered_in_a_generator_names_the_frame_that_resumed_it() -> None
     assert hazard.second_stack[:2] == (
         f"{__file__}:{_line_of(_step_in_a_generator, 'yield x + 1')} in _step_in_a_generator",
         f"{__file__}:{line} in test_a_step_entered_in_a_generator_names_the_frame_that_resumed_it")
+
+
+def test_a_dead_storage_whose_address_comes_back_inside_one_step_is_freed_first(hot_path) -> None:
+    """An allocator hands a dead tensor's address to the next tensor, often inside the same host step,
+    before any sweep looks. The first op that sees the new tensor must free the old block (and check
+    that free against the other streams' unordered uses of it) before it starts a new one: else the
+    new tensor inherits the old block's history and the free is never checked."""
+    dev = SimDevice(Platform("sim", "rocm-mi300x"))
+    forward, side = dev.new_stream("forward"), dev.new_stream("side")
+    memory = np.zeros(16, dtype=np.float32)  # outlives its tensors: the next one gets the same address
+    old, ones = torch.from_numpy(memory), torch.ones(16)
+    with dev.stream(forward):
+        dev.mark_device(old)  # the block is forward's
+        dev.mark_device(ones)
+    with dev.stream(side):
+        old.mul(2)  # side reads it; nothing orders that read before forward's next use
+        address = old.untyped_storage().data_ptr()
+        del old
+        new = torch.from_numpy(memory)
+        assert new.untyped_storage().data_ptr() == address
+        new.add_(ones)  # a kernel reads the new host tensor: copied to the device, a new block
+    freed = [h for h in dev.hazards if h.kind == "use-after-free"]
+    assert len(freed) == 1 and freed[0].first_stream == "side" and freed[0].second_op.startswith("free"), dev.hazards
