@@ -400,6 +400,45 @@ class Spans {
 
   py::object first() const { return has_first_ ? py::object(py::float_(first_)) : py::object(py::none()); }
 
+  // ``_Queries.extent`` and ``idle_gaps`` over the columns, in the same order and arithmetic (so
+  // the same doubles): run_reference asks both once per run, and building the Python columns for
+  // them cost a toy run a twentieth of its time.
+  std::pair<double, double> extent(const std::string& track, double issued_from) const {
+    auto id = index_.find(track);
+    bool found = false;
+    double first = 0.0, last = 0.0;
+    if (id != index_.end()) {
+      for (size_t i = 0; i < tracks_.size(); ++i) {
+        if (tracks_[i] != id->second || !(issued_[i] >= issued_from)) continue;
+        double end = times_[2 * i + 1];
+        if (!found) {
+          found = true;
+          first = times_[2 * i];
+          last = end;
+        } else if (end > last) {
+          last = end;
+        }
+      }
+    }
+    if (!found) throw py::value_error("no work queued on '" + track + "' from " + py::str(py::float_(issued_from)).cast<std::string>() + " us");
+    return {first, last};
+  }
+
+  double idle_gaps(const std::string& track, double start_us, double end_us) const {
+    double busy = 0.0;
+    auto id = index_.find(track);
+    if (id != index_.end()) {
+      for (size_t i = 0; i < tracks_.size(); ++i) {
+        if (tracks_[i] != id->second) continue;
+        double start = times_[2 * i], end = times_[2 * i + 1];
+        double lo = start_us > start ? start_us : start, hi = end_us < end ? end_us : end;
+        if (hi > lo) busy += hi - lo;
+      }
+    }
+    double idle = end_us - start_us - busy;
+    return idle > 0.0 ? idle : 0.0;
+  }
+
   py::list column(const std::vector<uint32_t>& ids) const {
     py::list out(ids.size());
     std::vector<py::str> cache;
@@ -865,7 +904,9 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
       .def_property_readonly("tracks", [](const Spans& s) { return s.column(s.tracks_); })
       .def_property_readonly("names", [](const Spans& s) { return s.column(s.names_); })
       .def_property_readonly("times", [](const Spans& s) { return s.times_; })
-      .def_property_readonly("issued", [](const Spans& s) { return s.issued_; });
+      .def_property_readonly("issued", [](const Spans& s) { return s.issued_; })
+      .def("extent", &Spans::extent)
+      .def("idle_gaps", &Spans::idle_gaps);
 
   py::class_<Recorder>(m, "Recorder")
       .def(py::init([](py::object detector, py::object spans, py::dict ready, py::object op_facts, py::object linear,

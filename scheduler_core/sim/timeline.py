@@ -138,6 +138,13 @@ class NativeTimeline(_Queries):
     def add(self, track: str, name: str, start: float, end: float) -> None:
         self.spans_store.add(track, name, start, end)
 
+    def extent(self, track: str, issued_from_us: float) -> tuple[float, float]:
+        start, end = self.spans_store.extent(track, issued_from_us)
+        return start, end
+
+    def idle_gaps(self, track: str, start_us: float, end_us: float) -> float:
+        return float(self.spans_store.idle_gaps(track, start_us, end_us))
+
     @property
     def _tracks(self) -> list[str]:  # type: ignore[override]
         return list(self.spans_store.tracks)

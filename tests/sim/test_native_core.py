@@ -20,6 +20,7 @@ from scheduler_core.platform import Platform, PlatformError
 from scheduler_core.sim import native
 from scheduler_core.sim.device import SimDevice
 from scheduler_core.sim.race import HOST, Hazard, RaceDetector, format_stack
+from scheduler_core.sim.timeline import NativeTimeline, Timeline
 
 from .conftest import cpp_compiler
 
@@ -133,6 +134,31 @@ def test_the_cpp_detector_reports_what_the_python_one_does_on_1000_random_progra
     # The programs reach every kind of report, so agreeing is not agreeing on silence.
     assert kinds == {"read-after-write", "write-after-read", "write-after-write", "use-after-free",
                      "read-after-read-done"}
+
+
+def test_the_cpp_timeline_answers_extent_and_idle_time_as_the_python_one_does(core) -> None:
+    rng = random.Random(7)
+    for _ in range(200):
+        python, cpp = Timeline(), NativeTimeline(core.Spans(True))
+        for _ in range(rng.randrange(0, 40)):
+            track, start = rng.choice(["forward", "copy", "host"]), rng.uniform(0, 100)
+            end, issued = start + rng.choice([0.0, rng.uniform(0, 9)]), rng.choice([0.0, 1.5, rng.uniform(0, 100)])
+            python.host_us = cpp.host_us = issued
+            python.add(track, "op", start, end)
+            cpp.add(track, "op", start, end)
+        for _ in range(5):
+            track, lo = rng.choice(["forward", "copy", "schedule"]), rng.choice([0.0, 1.5, rng.uniform(0, 100)])
+            hi = lo + rng.uniform(-5, 60)
+            assert cpp.idle_gaps(track, lo, hi) == python.idle_gaps(track, lo, hi)
+            try:
+                expected: object = python.extent(track, lo)
+            except ValueError as error:
+                expected = str(error)
+            try:
+                got: object = cpp.extent(track, lo)
+            except ValueError as error:
+                got = str(error)
+            assert got == expected
 
 
 def test_a_simulator_uses_the_core_where_it_builds(core, monkeypatch: pytest.MonkeyPatch) -> None:
