@@ -838,8 +838,43 @@ py::object stack_or_empty(const py::object& stack) { return stack.is_none() ? py
 
 TORCH_LIBRARY_IMPL(_, TESTING_ONLY_GenericMode, m) { m.fallback(torch::CppFunction::makeFromBoxedFunction<&hook>()); }
 
+namespace {
+
+// ``OpOverload.is_view``: an aliased argument, none of them written.
+bool is_view(const c10::FunctionSchema& schema) {
+  int write = -1;
+  for (const auto& argument : schema.arguments()) {
+    const c10::AliasInfo* alias = argument.alias_info();
+    if (alias == nullptr) continue;
+    write = (write == 1 || alias->isWrite()) ? 1 : 0;
+  }
+  return write == 0;
+}
+
+// A view records nothing (``_op_info``: skip), and a view with no CompositeImplicitAutograd kernel
+// runs no op that records anything (its kernel makes the view, or calls another view). The hook's
+// key falls through for those: the dispatcher passes them by instead of boxing each for the hook,
+// and most of a narrow model's ops are views. A view with a math kernel (``reshape`` may copy) keeps
+// the hook, which runs it unhooked as the Python mode does.
+void pass_views_by() {
+  static auto* library = new torch::Library(torch::Library::IMPL, "aten", kHookKey, __FILE__, __LINE__);
+  auto& dispatcher = c10::Dispatcher::singleton();
+  for (const auto& name : dispatcher.getAllOpNames()) {
+    if (name.name.rfind("aten::", 0) != 0) continue;
+    auto op = dispatcher.findOp(name);
+    if (!op || !op->hasSchema() || !is_view(op->schema()) ||
+        op->hasKernelForDispatchKey(c10::DispatchKey::CompositeImplicitAutograd))
+      continue;
+    std::string full = name.overload_name.empty() ? name.name : name.name + "." + name.overload_name;
+    library->impl(full.c_str(), torch::CppFunction::makeFallthrough());
+  }
+}
+
+}  // namespace
+
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.doc() = "The simulator's per-op work in C++ (scheduler_core/sim/native_core.cpp).";
+  pass_views_by();
 
   py::class_<Detector>(m, "Detector")
       .def(py::init<py::object, py::object, py::object, py::object>(), py::arg("format_stack"), py::arg("hazard"),
