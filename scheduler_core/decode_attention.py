@@ -62,6 +62,17 @@ def library() -> ctypes.CDLL | None:
         return None
 
 
+def kernel_addresses() -> tuple[int, int] | None:
+    """The addresses of ``parallax_decode_attention`` and ``parallax_prefix_lengths``, for a caller
+    in C++ (the simulator's core computes ``gathered_decode_attention`` there); None where the kernel
+    is not built. The library stays loaded for the process's life (``library`` is cached)."""
+    lib = library()
+    if lib is None:
+        return None
+    return (int(ctypes.cast(lib.parallax_decode_attention, ctypes.c_void_p).value or 0),
+            int(ctypes.cast(lib.parallax_prefix_lengths, ctypes.c_void_p).value or 0))
+
+
 def applies(q: torch.Tensor, k_cache: torch.Tensor) -> bool:
     """Whether the kernel takes this decode attention: fp32 on the CPU, one torch thread, built."""
     return (q.device.type == "cpu" and q.dtype == torch.float32 and k_cache.dtype == torch.float32

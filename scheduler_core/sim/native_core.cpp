@@ -9,6 +9,7 @@
 // key that no torch kernel uses, included in this thread's dispatch keys while a host step runs,
 // sees the same ops the Python mode sees (under inference mode, nothing between the two keys
 // decomposes an op) at a fraction of the cost.
+#include <ATen/Parallel.h>
 #include <ATen/core/dispatch/Dispatcher.h>
 #include <ATen/core/stack.h>
 #include <c10/core/impl/LocalDispatchKeySet.h>
@@ -24,6 +25,10 @@
 #include <frameobject.h>
 
 #include <chrono>
+#include <cmath>
+#include <map>
+#include <optional>
+#include <stdexcept>
 #include <memory>
 #include <string>
 #include <unordered_map>
@@ -511,6 +516,13 @@ class Recorder {
   }
 
   // -- the facade's side ------------------------------------------------------------------------
+  // decode_attention.c's two functions (``decode_attention.kernel_addresses``): a decode batch's
+  // attention is computed here without the Python round trip of ``gathered_decode_attention``.
+  void use_attention_kernel(uintptr_t attention, uintptr_t prefix_lengths) {
+    attention_kernel_ = reinterpret_cast<AttentionKernel>(attention);
+    prefix_lengths_ = reinterpret_cast<PrefixLengths>(prefix_lengths);
+  }
+
   void set_stream(int sid, const std::string& name) {
     sid_ = sid;
     sid_object_ = py::int_(sid);
@@ -685,14 +697,54 @@ class Recorder {
           !args[6].isNone() || !args[7].toBool())
         return false;
       c10::impl::ExcludeDispatchKeyGuard unhooked(kHookKey);
-      py::gil_scoped_acquire gil;
-      py::object result = attention_(args[0].toTensor(), args[1].toTensor(), args[2].toTensor(), args[3].toTensor());
-      if (result.is_none()) return false;  // not a decode batch
-      out = result.cast<at::Tensor>();
+      if (attention_kernel_ != nullptr) {
+        auto result = gathered_attention(args[0].toTensor(), args[1].toTensor(), args[2].toTensor(), args[3].toTensor());
+        if (!result) return false;  // not a decode batch
+        out = std::move(*result);
+      } else {
+        py::gil_scoped_acquire gil;
+        py::object result = attention_(args[0].toTensor(), args[1].toTensor(), args[2].toTensor(), args[3].toTensor());
+        if (result.is_none()) return false;  // not a decode batch
+        out = result.cast<at::Tensor>();
+      }
     }
     torch::jit::drop(*stack, count);
     torch::jit::push(*stack, std::move(out));
     return true;
+  }
+
+  // ``decode_attention.gathered_decode_attention`` (its checks, then ``_run``) without Python: the
+  // same kernel on the same rows with the same scale, so the same values bit for bit. nullopt where
+  // the Python function returns None.
+  std::optional<at::Tensor> gathered_attention(const at::Tensor& q, const at::Tensor& keys, const at::Tensor& values,
+                                               const at::Tensor& mask) {
+    if (!mask.defined() || mask.scalar_type() != at::kBool || q.dim() != 4 || q.size(2) != 1 || keys.dim() != 4 ||
+        keys.sizes() != values.sizes() || mask.dim() != 4 || mask.size(0) != q.size(0) || mask.size(1) != 1 ||
+        mask.size(2) != 1 || mask.size(3) != keys.size(2))
+      return std::nullopt;
+    // ``applies``: fp32 on the CPU, one torch thread (the kernel is built: this recorder has it).
+    if (!q.device().is_cpu() || q.scalar_type() != at::kFloat || keys.scalar_type() != at::kFloat ||
+        at::get_num_threads() != 1)
+      return std::nullopt;
+    int64_t batch = q.size(0), heads = q.size(1), head_dim = q.size(3), span = keys.size(2);
+    at::Tensor rows_k = keys.transpose(1, 2), rows_v = values.transpose(1, 2);  // [B, S, kv_heads, head_dim]
+    if (!rows_k.is_contiguous() || !rows_v.is_contiguous() || !mask.is_contiguous()) return std::nullopt;
+    at::Tensor lens = at::empty({batch}, at::TensorOptions().dtype(at::kLong));
+    if (prefix_lengths_(mask.data_ptr(), batch, span, lens.data_ptr<int64_t>()) != 0) return std::nullopt;
+    auto cached = slots_.find({batch, span});
+    if (cached == slots_.end())  // row b's keys are gathered rows b * span ...
+      cached = slots_.emplace(std::make_pair(batch, span), at::arange(batch * span).view({batch, span})).first;
+    const at::Tensor& slots = cached->second;
+    at::Tensor q_rows = q.reshape({batch, heads, head_dim}).contiguous();
+    at::Tensor k = rows_k.view({batch * span, -1, head_dim}).contiguous();
+    at::Tensor v = rows_v.view({batch * span, -1, head_dim}).contiguous();
+    at::Tensor out = at::empty({batch, heads * head_dim}, at::TensorOptions().dtype(q.scalar_type()));
+    float scale = static_cast<float>(std::pow(static_cast<double>(head_dim), -0.5));  // Python's head_dim ** -0.5
+    if (attention_kernel_(q_rows.data_ptr<float>(), k.data_ptr<float>(), v.data_ptr<float>(), slots.data_ptr<int64_t>(),
+                          lens.data_ptr<int64_t>(), out.data_ptr<float>(), batch, heads, k.size(1), head_dim,
+                          slots.stride(0), scale) != 0)
+      throw std::runtime_error("decode_attention: no memory for the scores");
+    return out.view({batch, 1, heads, head_dim}).transpose(1, 2);
   }
 
   // The tensors in an argument, as a Python dispatch mode gets them: a wrapped number (``x + 1``'s
@@ -804,6 +856,12 @@ class Recorder {
   py::object spans_object_;
   py::dict ready_;
   py::object op_facts_, linear_, attention_, flops_;
+  using AttentionKernel = int (*)(const float*, const float*, const float*, const int64_t*, const int64_t*, float*,
+                                  int64_t, int64_t, int64_t, int64_t, int64_t, float);
+  using PrefixLengths = int (*)(const void*, int64_t, int64_t, int64_t*);
+  AttentionKernel attention_kernel_ = nullptr;
+  PrefixLengths prefix_lengths_ = nullptr;
+  std::map<std::pair<int64_t, int64_t>, at::Tensor> slots_;
   double matmul_rate_, vector_rate_, hbm_rate_, launch_us_;
   bool prepacked_linear_, native_attention_, measure_host_;
   int sid_ = 0;
@@ -954,6 +1012,7 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
                                  measure_host);
            }))
       .def("set_stream", &Recorder::set_stream)
+      .def("use_attention_kernel", &Recorder::use_attention_kernel)
       .def("enter", &Recorder::enter)
       .def("exit", &Recorder::exit)
       .def("key", &Recorder::key)

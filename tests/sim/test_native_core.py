@@ -17,7 +17,9 @@ import pytest
 import torch
 
 from scheduler_core.cpu_kernels import ops_observed
+from scheduler_core.decode_attention import gathered_decode_attention
 from scheduler_core.platform import Platform, PlatformError
+from scheduler_core.sim import device as device_module
 from scheduler_core.sim import native
 from scheduler_core.sim.device import SimDevice
 from scheduler_core.sim.race import HOST, Hazard, RaceDetector, format_stack
@@ -203,6 +205,47 @@ def test_plain_views_pass_the_hook_by_and_views_that_may_copy_do_not(core) -> No
         assert "fallthrough" in hook_entry(view), view
     for op in ("aten::reshape", "aten::flatten.using_ints", "aten::contiguous", "aten::add.Tensor"):
         assert "backend fallback" in hook_entry(op), op
+
+
+def _decode_batch(lens: list[int], span: int, heads: int = 6, kv_heads: int = 2, head_dim: int = 40) -> tuple:
+    """A decode batch as the model builds it under the simulator (``Attention._attend``)."""
+    generator = torch.Generator().manual_seed(sum(lens) * 7 + span)
+    q = torch.randn((len(lens), 1, heads, head_dim), generator=generator).transpose(1, 2)
+    rows_k = torch.randn((len(lens), span, kv_heads, head_dim), generator=generator)
+    rows_v = torch.randn((len(lens), span, kv_heads, head_dim), generator=generator)
+    mask = (torch.arange(span)[None, :] < torch.tensor(lens)[:, None]).view(len(lens), 1, 1, span)
+    return q, rows_k.transpose(1, 2), rows_v.transpose(1, 2), mask
+
+
+def _sdpa_on_the_device(q, keys, values, mask) -> torch.Tensor:
+    device = SimDevice(Platform("sim", "cuda-h100"))
+    with torch.inference_mode(), device.stream(device.current_stream()):  # as the model runs
+        for t in (q, keys, values, mask):
+            device.mark_device(t)
+        return torch.nn.functional.scaled_dot_product_attention(q, keys, values, attn_mask=mask, enable_gqa=True)
+
+
+@pytest.mark.parametrize("lens,span", [([5, 1, 3], 5), ([1], 1), ([9, 9, 2, 7], 9)])
+@pytest.mark.usefixtures("one_torch_thread")
+def test_the_cores_decode_attention_is_the_python_routes_bit_for_bit(
+        core, monkeypatch: pytest.MonkeyPatch, lens: list[int], span: int) -> None:
+    batch = _decode_batch(lens, span)
+    expected = gathered_decode_attention(*batch)
+    assert expected is not None
+    python_calls: list[tuple] = []
+    monkeypatch.setattr(device_module, "gathered_decode_attention", lambda *a: python_calls.append(a))
+    monkeypatch.setenv(native.NATIVE_ENV, "1")
+    assert torch.equal(_sdpa_on_the_device(*batch), expected)
+    assert python_calls == []  # computed in the core, not by a call back into Python
+
+
+@pytest.mark.usefixtures("one_torch_thread")
+def test_a_mask_the_kernel_cannot_take_is_left_to_torch_by_the_core(core, monkeypatch: pytest.MonkeyPatch) -> None:
+    q, keys, values, mask = _decode_batch([4, 2, 3], 4)
+    mask[1, 0, 0] = torch.tensor([1, 0, 1, 0], dtype=torch.bool)  # a hole: no prefix
+    monkeypatch.setenv(native.NATIVE_ENV, "1")
+    expected = torch.nn.functional.scaled_dot_product_attention(q, keys, values, attn_mask=mask, enable_gqa=True)
+    assert torch.equal(_sdpa_on_the_device(q, keys, values, mask), expected)
 
 
 def test_a_simulator_uses_the_core_where_it_builds(core, monkeypatch: pytest.MonkeyPatch) -> None:
