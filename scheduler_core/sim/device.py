@@ -35,7 +35,13 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils.flop_counter import flop_registry
 
-from scheduler_core.cpu_kernels import linear, native_decode_attention, prepacked_projections, set_ops_observed
+from scheduler_core.cpu_kernels import (
+    PREPACK_MIN_ELEMENTS,
+    linear,
+    native_decode_attention,
+    prepacked_projections,
+    set_ops_observed,
+)
 from scheduler_core.decode_attention import gathered_decode_attention, kernel_addresses
 from scheduler_core.device import DEFAULT_STREAM, Device, Event, Stream
 from scheduler_core.platform import Platform, PlatformError
@@ -219,6 +225,7 @@ class SimDevice(Device):
                                        gathered_decode_attention, _native_flops, self._matmul_rate, self._vector_rate,
                                        self._hbm_rate, self._launch_us, self._prepacked_linear, self._native_attention,
                                        self._measure_host)
+            self._core.prepack_min_elements = PREPACK_MIN_ELEMENTS
             addresses = kernel_addresses() if self._native_attention else None
             if addresses is not None:
                 self._core.use_attention_kernel(*addresses)

@@ -581,6 +581,7 @@ class Recorder {
 
   bool paused = false;
   double speed = 1.0;
+  int64_t prepack_min_elements = 0;  // ``cpu_kernels.PREPACK_MIN_ELEMENTS``
   double dispatch_s = 0.0;
 
   // -- the hook ---------------------------------------------------------------------------------
@@ -688,6 +689,13 @@ class Recorder {
     at::Tensor out;
     if (facts.kind == OpFacts::kLinear) {
       if (!prepacked_linear_ || count != 3 || !args[2].isNone()) return false;
+      // ``cpu_kernels.applies``: where it says no, ``linear`` is F.linear, which is what running the
+      // op on (unhooked) computes, without the call into Python.
+      const at::Tensor& x = args[0].toTensor();
+      const at::Tensor& w = args[1].toTensor();
+      if (!x.device().is_cpu() || x.scalar_type() != at::kFloat || w.scalar_type() != at::kFloat || w.dim() != 2 ||
+          x.dim() < 1 || w.numel() < prepack_min_elements)
+        return false;
       c10::impl::ExcludeDispatchKeyGuard unhooked(kHookKey);
       py::gil_scoped_acquire gil;
       out = linear_(args[0].toTensor(), args[1].toTensor()).cast<at::Tensor>();
@@ -1020,6 +1028,7 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
       .def("mark", &Recorder::mark)
       .def("sweep", &Recorder::sweep)
       .def_readwrite("paused", &Recorder::paused)
+      .def_readwrite("prepack_min_elements", &Recorder::prepack_min_elements)
       .def_readwrite("speed", &Recorder::speed)
       .def_readonly("dispatch_s", &Recorder::dispatch_s);
 }

@@ -16,6 +16,7 @@ from typing import Iterator
 import pytest
 import torch
 
+from scheduler_core import cpu_kernels
 from scheduler_core.cpu_kernels import ops_observed
 from scheduler_core.decode_attention import gathered_decode_attention
 from scheduler_core.platform import Platform, PlatformError
@@ -246,6 +247,25 @@ def test_a_mask_the_kernel_cannot_take_is_left_to_torch_by_the_core(core, monkey
     monkeypatch.setenv(native.NATIVE_ENV, "1")
     expected = torch.nn.functional.scaled_dot_product_attention(q, keys, values, attn_mask=mask, enable_gqa=True)
     assert torch.equal(_sdpa_on_the_device(q, keys, values, mask), expected)
+
+
+@pytest.mark.parametrize("rows,columns,routed", [(64, 96, False), (512, 512, True)], ids=["small", "prepacked"])
+def test_only_a_projection_the_prepacked_kernel_takes_is_routed_to_it(
+        core, monkeypatch: pytest.MonkeyPatch, rows: int, columns: int, routed: bool) -> None:
+    """Below ``PREPACK_MIN_ELEMENTS`` ``cpu_kernels.linear`` is F.linear: the core runs the op itself
+    instead of calling into Python for it."""
+    x = torch.randn(4, columns, generator=torch.Generator().manual_seed(3))
+    weight = torch.randn(rows, columns, generator=torch.Generator().manual_seed(4))
+    calls: list[tuple] = []
+    monkeypatch.setattr(device_module, "linear", lambda *a: calls.append(a) or cpu_kernels.linear(*a))
+    monkeypatch.setenv(native.NATIVE_ENV, "1")
+    device = SimDevice(Platform("sim", "cuda-h100"))
+    with torch.inference_mode(), device.stream(device.current_stream()):
+        device.mark_device(weight)
+        got = torch.nn.functional.linear(x, weight)
+    assert len(calls) == (1 if routed else 0)
+    assert torch.equal(got, cpu_kernels.linear(x, weight))
+    assert device.timeline.signature()[-1][1] == "linear"  # timed as the projection either way
 
 
 def test_a_simulator_uses_the_core_where_it_builds(core, monkeypatch: pytest.MonkeyPatch) -> None:
