@@ -92,7 +92,17 @@ class SimEvent(Event):
 class SimStream(Stream):
     name: str
     sid: int
-    device: SimDevice = field(repr=False)
+    # Weakly: the device holds its streams, and a cycle would keep a finished run's device (its
+    # detector, timeline and core) alive until a full garbage collection, which ``run_reference``
+    # defers (``older_objects_frozen``): the next run then paid for fresh memory.
+    device_ref: weakref.ReferenceType[SimDevice] = field(repr=False)
+
+    @property
+    def device(self) -> SimDevice:
+        device = self.device_ref()
+        if device is None:
+            raise ReferenceError(f"stream {self.name!r}: its SimDevice is gone")
+        return device
 
     def wait_stream(self, other: Stream) -> None:
         dev = self.device
@@ -128,7 +138,7 @@ class SimStream(Stream):
 class _OpRecorder(TorchDispatchMode):
     def __init__(self, device: SimDevice) -> None:
         super().__init__()
-        self.device = device
+        self.device = weakref.proxy(device)  # the device holds its mode (``SimStream.device_ref``)
 
     @classmethod
     def _should_skip_dynamo(cls) -> bool:
@@ -258,7 +268,7 @@ class SimDevice(Device):
         return self._stack[-1]
 
     def new_stream(self, name: str) -> Stream:
-        s = SimStream(name, self.detector.new_stream(name), self)
+        s = SimStream(name, self.detector.new_stream(name), weakref.ref(self))
         self.ready[s.sid] = 0.0
         self.streams.append(s)
         return s

@@ -1,8 +1,10 @@
 """The simulated device: same outputs as the CPU, a deterministic timeline, seeded noise, traces, profiles."""
 from __future__ import annotations
 
+import gc
 import inspect
 import json
+import weakref
 from typing import Iterator
 
 import numpy as np
@@ -183,3 +185,25 @@ def test_a_dead_storage_whose_address_comes_back_inside_one_step_is_freed_first(
         new.add_(ones)  # a kernel reads the new host tensor: copied to the device, a new block
     freed = [h for h in dev.hazards if h.kind == "use-after-free"]
     assert len(freed) == 1 and freed[0].first_stream == "side" and freed[0].second_op.startswith("free"), dev.hazards
+
+
+def test_a_finished_runs_device_is_freed_when_dropped_without_a_garbage_collection(tiny, hot_path) -> None:
+    """Streams and the dispatch mode hold their device weakly: a run's device (its detector, timeline and
+    core) goes with the last reference to it, not at the next full collection, which a simulated run
+    defers (``older_objects_frozen``)."""
+    run = run_reference(tiny, "rocm-mi300x", HIP, workload=SMALL)
+    device = weakref.ref(run.device)
+    gc.disable()
+    try:
+        del run
+        assert device() is None
+    finally:
+        gc.enable()
+
+
+def test_a_stream_whose_device_is_gone_says_so() -> None:
+    dev = SimDevice(Platform("sim", "cuda-h100"))
+    stream = dev.new_stream("forward")
+    del dev
+    with pytest.raises(ReferenceError, match="stream 'forward': its SimDevice is gone"):
+        stream.wait_stream(stream)
