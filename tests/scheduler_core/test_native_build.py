@@ -27,3 +27,22 @@ def test_processes_building_one_library_at_once_compile_it_once(tmp_path: Path) 
     assert len(paths) == 1 and Path(paths.pop()).read_text() == "library\n"
     assert compiles.read_text().splitlines() == ["compile"]
     assert [p.name for p in (tmp_path / "cache").iterdir()] == [p.name for p in (tmp_path / "cache").glob("*.so")]
+
+
+def test_the_install_step_builds_or_names_every_native_piece() -> None:
+    """``python -m scheduler_core.kernels`` (``make install``): one line per piece, each built (the
+    file in the kernel cache) or not available on this machine; never an error."""
+    import shutil
+
+    from scheduler_core import kernels
+    from scheduler_core.amx_linear import cpu_has_amx
+
+    lines: list[str] = []
+    results = dict(kernels.build_all(lines.append))
+    assert list(results) == [name for name, _ in kernels.PIECES]
+    assert [line.split(": ")[0] for line in lines] == list(results)
+    if shutil.which("cc"):
+        assert (results["decode attention (C)"] or "").startswith("decode_attention-")
+    if shutil.which("c++"):
+        assert (results["the simulator's core (C++)"] or "").startswith("native_core-")
+    assert (results["AMX projections (C)"] is None) == (not cpu_has_amx())
