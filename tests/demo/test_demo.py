@@ -93,7 +93,10 @@ def test_the_demo_flags_the_rocm_only_regression_bisects_it_and_sees_the_fixes_d
         assert not [a for a in performance if any(c["platform"] == "cuda-sim" for c in a["changes"])]
         story_shas = {sha_of[change.message] for change in default_story(quick=True).changes() if change.role != "neutral"}
         cpu_alerts = [a for a in performance if any(c["platform"] == "cpu" for c in a["changes"])]
-        assert not [a for a in cpu_alerts if blamed(a) & story_shas], cpu_alerts
+        subject_of = {sha: subject for subject, sha in sha_of.items()}
+        assert not [a for a in cpu_alerts if blamed(a) & story_shas], [
+            [(c["metric"], c["platform"], c.get("relative_change"), c.get("before"), c.get("after"),
+              [subject_of.get(sha, sha) for sha in c["suspected_commits"]]) for c in a["changes"]] for a in cpu_alerts]
 
         hazards = [a for a in alerts if a["kind"] == "correctness"
                    and a["changes"][0]["platform"] == "cuda-sim"]
