@@ -37,9 +37,9 @@ def build_all(echo: Callable[[str], None] = print) -> list[tuple[str, str | None
     for name, load in PIECES:
         started = time.perf_counter()
         loaded = load()
-        results.append((name, None if loaded is None else where(loaded)))
-        took = time.perf_counter() - started
-        echo(f"{name}: {'not available here' if loaded is None else where(loaded)} ({took:.1f} s)")
+        file = None if loaded is None else where(loaded)
+        results.append((name, file))
+        echo(f"{name}: {file or 'not available here'} ({time.perf_counter() - started:.1f} s)")
     return results
 
 

@@ -232,9 +232,8 @@ class SimDevice(Device):
         self._core: Any = None
         if core is not None:
             self._core = core.Recorder(self.detector, self.timeline.spans_store, self.ready, _native_op_facts, linear,
-                                       gathered_decode_attention, _native_flops, self._matmul_rate, self._vector_rate,
-                                       self._hbm_rate, self._launch_us, self._prepacked_linear, self._native_attention,
-                                       self._measure_host)
+                                       _native_flops, self._matmul_rate, self._vector_rate, self._hbm_rate,
+                                       self._launch_us, self._prepacked_linear, self._measure_host)
             self._core.prepack_min_elements = PREPACK_MIN_ELEMENTS
             addresses = kernel_addresses() if self._native_attention else None
             if addresses is not None:

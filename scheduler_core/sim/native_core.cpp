@@ -502,14 +502,13 @@ class Recorder {
 
  public:
   Recorder(Detector& detector, py::object detector_object, Spans& spans, py::object spans_object, py::dict ready,
-           py::object op_facts, py::object linear, py::object attention, py::object flops, double matmul_rate,
-           double vector_rate, double hbm_rate, double launch_us, bool prepacked_linear, bool native_attention,
-           bool measure_host)
+           py::object op_facts, py::object linear, py::object flops, double matmul_rate, double vector_rate,
+           double hbm_rate, double launch_us, bool prepacked_linear, bool measure_host)
       : detector_(detector), detector_object_(std::move(detector_object)), spans_(spans),
         spans_object_(std::move(spans_object)), ready_(std::move(ready)), op_facts_(std::move(op_facts)),
-        linear_(std::move(linear)), attention_(std::move(attention)), flops_(std::move(flops)),
+        linear_(std::move(linear)), flops_(std::move(flops)),
         matmul_rate_(matmul_rate), vector_rate_(vector_rate), hbm_rate_(hbm_rate), launch_us_(launch_us),
-        prepacked_linear_(prepacked_linear), native_attention_(native_attention), measure_host_(measure_host) {}
+        prepacked_linear_(prepacked_linear), measure_host_(measure_host) {}
 
   ~Recorder() {
     if (active == this) exit();  // dropped inside a step (its exit never ran): unhook this thread
@@ -518,6 +517,7 @@ class Recorder {
   // -- the facade's side ------------------------------------------------------------------------
   // decode_attention.c's two functions (``decode_attention.kernel_addresses``): a decode batch's
   // attention is computed here without the Python round trip of ``gathered_decode_attention``.
+  // Without them (the kernel chosen off, or not built) that function would return None: the op runs.
   void use_attention_kernel(uintptr_t attention, uintptr_t prefix_lengths) {
     attention_kernel_ = reinterpret_cast<AttentionKernel>(attention);
     prefix_lengths_ = reinterpret_cast<PrefixLengths>(prefix_lengths);
@@ -698,23 +698,16 @@ class Recorder {
         return false;
       c10::impl::ExcludeDispatchKeyGuard unhooked(kHookKey);
       py::gil_scoped_acquire gil;
-      out = linear_(args[0].toTensor(), args[1].toTensor()).cast<at::Tensor>();
+      out = linear_(x, w).cast<at::Tensor>();
     } else {
       // (q, keys, values, mask) with enable_gqa and every other argument at its default.
-      if (!native_attention_ || count != 8 || args[3].isNone() || args[4].toDouble() != 0.0 || args[5].toBool() ||
+      if (attention_kernel_ == nullptr || count != 8 || args[3].isNone() || args[4].toDouble() != 0.0 || args[5].toBool() ||
           !args[6].isNone() || !args[7].toBool())
         return false;
       c10::impl::ExcludeDispatchKeyGuard unhooked(kHookKey);
-      if (attention_kernel_ != nullptr) {
-        auto result = gathered_attention(args[0].toTensor(), args[1].toTensor(), args[2].toTensor(), args[3].toTensor());
-        if (!result) return false;  // not a decode batch
-        out = std::move(*result);
-      } else {
-        py::gil_scoped_acquire gil;
-        py::object result = attention_(args[0].toTensor(), args[1].toTensor(), args[2].toTensor(), args[3].toTensor());
-        if (result.is_none()) return false;  // not a decode batch
-        out = result.cast<at::Tensor>();
-      }
+      auto result = gathered_attention(args[0].toTensor(), args[1].toTensor(), args[2].toTensor(), args[3].toTensor());
+      if (!result) return false;  // not a decode batch
+      out = std::move(*result);
     }
     torch::jit::drop(*stack, count);
     torch::jit::push(*stack, std::move(out));
@@ -863,7 +856,7 @@ class Recorder {
   Spans& spans_;
   py::object spans_object_;
   py::dict ready_;
-  py::object op_facts_, linear_, attention_, flops_;
+  py::object op_facts_, linear_, flops_;
   using AttentionKernel = int (*)(const float*, const float*, const float*, const int64_t*, const int64_t*, float*,
                                   int64_t, int64_t, int64_t, int64_t, int64_t, float);
   using PrefixLengths = int (*)(const void*, int64_t, int64_t, int64_t*);
@@ -871,7 +864,7 @@ class Recorder {
   PrefixLengths prefix_lengths_ = nullptr;
   std::map<std::pair<int64_t, int64_t>, at::Tensor> slots_;
   double matmul_rate_, vector_rate_, hbm_rate_, launch_us_;
-  bool prepacked_linear_, native_attention_, measure_host_;
+  bool prepacked_linear_, measure_host_;
   int sid_ = 0;
   py::object sid_object_ = py::int_(0);
   uint32_t track_ = 0;
@@ -1011,13 +1004,11 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
 
   py::class_<Recorder>(m, "Recorder")
       .def(py::init([](py::object detector, py::object spans, py::dict ready, py::object op_facts, py::object linear,
-                       py::object attention, py::object flops, double matmul_rate, double vector_rate,
-                       double hbm_rate, double launch_us, bool prepacked_linear, bool native_attention,
-                       bool measure_host) {
+                       py::object flops, double matmul_rate, double vector_rate, double hbm_rate, double launch_us,
+                       bool prepacked_linear, bool measure_host) {
              return new Recorder(detector.cast<Detector&>(), detector, spans.cast<Spans&>(), spans, std::move(ready),
-                                 std::move(op_facts), std::move(linear), std::move(attention), std::move(flops),
-                                 matmul_rate, vector_rate, hbm_rate, launch_us, prepacked_linear, native_attention,
-                                 measure_host);
+                                 std::move(op_facts), std::move(linear), std::move(flops), matmul_rate, vector_rate,
+                                 hbm_rate, launch_us, prepacked_linear, measure_host);
            }))
       .def("set_stream", &Recorder::set_stream)
       .def("use_attention_kernel", &Recorder::use_attention_kernel)
