@@ -14,13 +14,15 @@ The method, in order:
 4. candidates come from ruptures' binary segmentation on the noise-normalised levels with a
    BIC-style penalty (`penalty * log n`) and an O(1) cumulative-sum L2 cost;
 5. each candidate must pass, against its neighbouring segments (at most `max_side` commits each):
-   a Mann-Whitney U test, an effect size on the per-commit levels (winsorized at `winsor` sigmas;
-   its threshold grows for young series, see `effect_threshold`), and a minimum relative
+   a Mann-Whitney U test, an effect size on the per-commit levels (each side winsorized at
+   `winsor` sigmas around its own median; its threshold grows for young series, see
+   `effect_threshold`), and a minimum relative
    magnitude. The U test compares per-commit levels when both sides have `min_segment` commits
    and pools the raw samples only when a side is shorter (one commit at each end of a range in
    the platform comparison): run-to-run noise is larger than the spread of samples within one
    run, so pooled samples of many commits would over-trust repetitions (measured: p ~ 1e-10 on
-   pure noise). The weakest failing candidate is removed and the rest re-tested until all pass.
+   pure noise). The weakest failing candidate (by the level difference its split explains) is
+   removed and the rest re-tested until all pass.
 """
 from __future__ import annotations
 
@@ -59,7 +61,7 @@ class DetectorConfig:
     spike_z: float = 5.0         # a spike is this many sigmas from its agreeing neighbours
     max_side: int = 60           # commits per side used by the tests (the recent level only)
     window: int = 200            # incremental detection re-examines this many recent commits
-    winsor: float = 4.0          # the effect size winsorizes levels this many sigmas from the old median
+    winsor: float = 2.0          # the effect size clips each side's levels this many sigmas from its median
     shapes: ShapeConfig = DEFAULT_SHAPES  # seasons, noise-level changes and drifts (app.detection.shapes)
 
 
@@ -248,11 +250,14 @@ def _test_split(prepared: Prepared, start: int, cp: int, end: int, config: Detec
     effect = abs(delta) / spread
     if config.winsor > 0:
         # One wild commit among the few first ones at a new level must not carry a change alone
-        # (the spike rule needs both neighbours, so it cannot see the newest commit yet).
-        ref = float(np.median(left_levels))
-        low, high = ref - config.winsor * sigma, ref + config.winsor * sigma
-        clipped = float(np.mean(np.clip(right_levels, low, high)) - np.mean(np.clip(left_levels, low, high)))
-        effect = abs(clipped) / spread
+        # (the spike rule needs both neighbours, so it cannot see the newest commit yet). Each
+        # side is clipped around its own median: a wild minority moves no median, so it is
+        # clipped, while a whole new level keeps its full distance. Clipping both sides around
+        # the old median capped every large step near the threshold of a young series.
+        def winsorized(levels: np.ndarray) -> float:
+            middle = float(np.median(levels))
+            return float(np.mean(np.clip(levels, middle - config.winsor * sigma, middle + config.winsor * sigma)))
+        effect = abs(winsorized(right_levels) - winsorized(left_levels)) / spread
     scale = abs(before)
     if scale > 0:
         relative = (after - before) / scale
@@ -281,8 +286,18 @@ def _passes(change: ChangePoint | None, config: DetectorConfig, levels: int) -> 
             and abs(change.relative_change) >= config.min_relative)
 
 
-def _strength(change: ChangePoint | None) -> float:
-    return -1.0 if change is None else change.effect
+def _strength(prepared: Prepared, start: int, cp: int, end: int, config: DetectorConfig) -> float:
+    """How much splitting [start, end) at `cp` explains: the level difference in noise units over
+    the same sides the test uses, unclipped and with spikes kept at their cleaned level, so it
+    exists for every candidate (the root of the segmentation's own L2 gain). The test's effect
+    is no ranking: a candidate whose side spikes leave too short has none, and ranking it
+    weakest dropped a real 20 % step while the spurious candidates that had squeezed it stayed
+    (`tests/detection/test_detection.py`, the spurious-candidates test)."""
+    left = prepared.levels[max(start, cp - config.max_side):cp]
+    right = prepared.levels[cp:min(end, cp + config.max_side)]
+    scale = prepared.scale[max(start, cp - config.max_side):min(end, cp + config.max_side)]
+    sigma = float(np.median(scale)) if len(scale) else prepared.sigma
+    return abs(float(np.mean(right) - np.mean(left))) / (sigma * math.sqrt(1.0 / len(left) + 1.0 / len(right)))
 
 
 def confirm(prepared: Prepared, candidates: list[int], config: DetectorConfig) -> list[ChangePoint]:
@@ -295,7 +310,7 @@ def confirm(prepared: Prepared, candidates: list[int], config: DetectorConfig) -
         failing = [j for j, change in enumerate(tested) if not _passes(change, config, len(prepared.levels))]
         if not failing:
             return [change for change in tested if change is not None]
-        weakest = min(failing, key=lambda j: _strength(tested[j]))
+        weakest = min(failing, key=lambda j: _strength(prepared, bounds[j], bounds[j + 1], bounds[j + 2], config))
         del cps[weakest]
     return []
 
