@@ -10,6 +10,7 @@ routine tier), with one job per commit the decision names.
 from __future__ import annotations
 
 import logging
+import math
 import re
 from dataclasses import dataclass, replace
 from datetime import timedelta
@@ -44,6 +45,7 @@ from app.core.models import (
     Suite,
 )
 from app.core.shas import is_sha
+from app.detection.service import config_for, noise_floors
 from app.git.commit_graph import commits_by_sha, record_commits
 from app.git.mirror import GitError, Mirror
 from app.jobs.coverage import no_runner_note
@@ -418,9 +420,18 @@ def _merged_branch(session: Session, bisect: Bisect, merge: str) -> list[str] | 
 
 
 def _confirm(session: Session, bisect: Bisect, suite: Suite, stages: list[dict[str, Any]]) -> str:
-    """Measure the culprit and its parent on the other platforms: changed there too, or not."""
+    """Measure the culprit and its parent on the other platforms: changed there too, or not.
+    A platform changed when its two commits differ the way the bisected platform's did: the same
+    direction, and by at least the least change detection counts there (the metric's minimum,
+    or the suite's `min_change` for that platform when larger). A significant difference below
+    that, or the other way, is the platform not changing like the bisected one, as detection's
+    classification reads it too."""
     stage = dict(stages[-1])
     parent, culprit = stage["commits"]
+    first = next(s for s in stages if s["kind"] != "confirm" and s.get("decision", {}).get("outcome") == "culprit"
+                 and s["decision"]["changes"] and s["decision"]["changes"][0]["culprit"] == culprit)
+    bisected = float(first["decision"]["changes"][0]["relative_change"])
+    floors = noise_floors(session, suite.name)
     verdicts: dict[str, Any] = {}
     wanted: list[tuple[str, str]] = []
     for platform in stage["platforms"]:
@@ -440,10 +451,16 @@ def _confirm(session: Session, bisect: Bisect, suite: Suite, stages: list[dict[s
         if result.verdict == Verdict.unknown and min(p.jobs for p in points) < CONFIRM_JOBS:
             wanted += [(platform, sha) for sha, p in zip((parent, culprit), points) if p.jobs < CONFIRM_JOBS]
             continue
-        verdicts[platform] = {"verdict": {"different": "changed", "same": "unchanged"}.get(result.verdict.value,
-                                                                                          "inconclusive"),
-                              "p_value": result.p_value, "relative_change": result.relative_change,
-                              "samples": [points[0].samples, points[1].samples]}
+        verdict = {"different": "changed", "same": "unchanged"}.get(result.verdict.value, "inconclusive")
+        least = config_for(bisect.metric, floors.get(platform, 0.0)).min_relative
+        note = None
+        moved = f"moved {100 * result.relative_change:+.1f} %"
+        if verdict == "changed" and math.copysign(1, result.relative_change) != math.copysign(1, bisected):
+            verdict, note = "unchanged", f"{moved}, the other way"
+        elif verdict == "changed" and abs(result.relative_change) < least:
+            verdict, note = "unchanged", f"{moved}, below the {100 * least:g} % this platform counts as a change"
+        verdicts[platform] = {"verdict": verdict, "p_value": result.p_value, "relative_change": result.relative_change,
+                              "samples": [points[0].samples, points[1].samples], **({"note": note} if note else {})}
     if wanted:
         jobs = []
         for platform, sha in wanted:
@@ -463,8 +480,6 @@ def _confirm(session: Session, bisect: Bisect, suite: Suite, stages: list[dict[s
         scope = "inconclusive"
     stage["confirmation"] = {"scope": scope, "platforms": verdicts}
     bisect.stages = [*stages[:-1], stage]
-    first = next(s for s in bisect.stages if s["kind"] != "confirm" and s.get("decision", {}).get("outcome") == "culprit"
-                 and s["decision"]["changes"] and s["decision"]["changes"][0]["culprit"] == culprit)
     return _finish(bisect, BisectState.done, f"{first['decision']['reason']}; {scope}")
 
 

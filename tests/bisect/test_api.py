@@ -15,6 +15,7 @@ import requests
 from sqlalchemy import func, select
 
 from app.bisect import service
+from app.core.config import parse_catalogue
 from app.core.duties import start as start_duties
 from app.core.models import Alert, AlertChange, Bisect, Commit, Job, Repository
 from app.git.workdir import git
@@ -24,15 +25,18 @@ from tests.bisect.upstream import Upstream
 from tests.support.github import hold_mirror_fetches
 from tests.support.live_server import LiveServer
 from tests.support.service_api import document, registration_token
-from tests.support.settings import ADMIN_TOKEN, make_settings
+from tests.support.settings import ADMIN_TOKEN, SUITES, make_settings
 
 SUITE, METRIC = "decode-throughput", "output_throughput"
 HEADERS = {"Authorization": f"Bearer {ADMIN_TOKEN}"}
 
 
 @pytest.fixture
-def settings(database_url: str, tmp_path: Path):  # type: ignore[no-untyped-def]
-    return make_settings(database_url, data_dir=str(tmp_path / "data"))
+def settings(database_url: str, tmp_path: Path, request: pytest.FixtureRequest):  # type: ignore[no-untyped-def]
+    """The test catalogue; `indirect` parametrization gives the decode suite extra keys."""
+    suites = [dict(suite, **getattr(request, "param", {})) if suite["name"] == SUITE else suite for suite in SUITES]
+    return make_settings(database_url, data_dir=str(tmp_path / "data"), **parse_catalogue({
+        "repositories": [{"name": "demo/engine", "url": "https://github.com/demo/engine.git"}], "suites": suites}))
 
 
 class Lab:
@@ -129,6 +133,43 @@ def by_sha(shas: list[str], history: NoisyHistory) -> Callable[[str], list[float
 def count(lab: Lab, model: type) -> int:
     with lab.db.session() as session:
         return int(session.scalar(select(func.count()).select_from(model)) or 0)
+
+
+def confirmed_with(lab: Lab, other: dict[str, float]) -> dict[str, Any]:
+    """A rocm culprit (-10 %) at commit 8 of 16, bisected; each platform in `other` moves by its
+    own step at the same commit, with noise (0.3 %) small enough that any step is significant."""
+    shas = lab.upstream.linear(17)
+    lab.runners("rocm", 3, by_sha(shas, NoisyHistory(16, steps={8: -0.10}, noise=0.01, seed=1)))
+    for n, (platform, step) in enumerate(other.items()):
+        lab.runners(platform, 1, by_sha(shas, NoisyHistory(16, steps={8: step}, noise=0.003, seed=2 + n)))
+    lab.measure_first("rocm", shas[0], shas[16])
+    response = lab.bisect(good=shas[0], bad=shas[16], effect=0.10)
+    assert response.status_code == 202, response.text
+    lab.run_duty()
+    result = lab.finished(response.json()["id"])
+    assert result["state"] == "done" and result["culprit"]["sha"] == shas[8], result["reason"]
+    return dict(result["confirmation"])
+
+
+@pytest.mark.parametrize("settings", [{"min_change": {"cpu": 0.10}}], indirect=True)
+def test_a_platform_moving_less_than_its_noise_floor_is_unchanged_in_the_confirmation(lab: Lab) -> None:
+    confirmation = confirmed_with(lab, {"cuda": 0.0, "cpu": -0.04})
+    cpu = confirmation["platforms"]["cpu"]
+    assert cpu["p_value"] < 0.01 and cpu["relative_change"] == pytest.approx(-0.04, abs=0.01)
+    assert cpu["verdict"] == "unchanged" and "below the 10 %" in cpu["note"], cpu
+    assert confirmation["scope"] == "rocm-only"
+
+
+def test_a_platform_moving_the_other_way_is_unchanged_in_the_confirmation(lab: Lab) -> None:
+    confirmation = confirmed_with(lab, {"cuda": 0.0, "cpu": +0.05})
+    cpu = confirmation["platforms"]["cpu"]
+    assert cpu["p_value"] < 0.01 and cpu["verdict"] == "unchanged" and "the other way" in cpu["note"], cpu
+    assert confirmation["scope"] == "rocm-only"
+
+
+def test_a_platform_moving_the_same_way_beyond_its_floor_is_changed_in_the_confirmation(lab: Lab) -> None:
+    confirmation = confirmed_with(lab, {"cuda": 0.0, "cpu": -0.04})
+    assert confirmation["platforms"]["cpu"]["verdict"] == "changed" and confirmation["scope"] == "inconclusive"
 
 
 def test_64_commits_one_rocm_culprit_3_runners_found_in_3_rounds_and_confirmed_rocm_only(lab: Lab) -> None:
