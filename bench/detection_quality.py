@@ -10,8 +10,9 @@ noise from 0.5 % to 5 % CV, five raw samples per commit). A predicted change poi
 it lies within 5 points of a true one, each true point matched at most once; the covering
 metric is van den Burg & Williams' segmentation covering. Also measured: the delay before a 5 %
 shift at 2 % CV is found, false alerts per 1,000 commits when the service re-scans after every
-result, whether a 10-50 % step in a 14-commit series is reported where it landed, and the
-latency of incremental detection after one new result on a 2,000-point series.
+result, young series (whether a 10-50 % step in a 14-commit series is reported where it landed,
+and false alerts on 20-commit null series), and the latency of incremental detection after one
+new result on a 2,000-point series.
 
 Apache Otava pins numpy 2.2 and pulls heavy clients, so it never enters the project: it is
 installed into var/bench-peers/otava (git-ignored) and driven over JSON by bench/otava_peer.py.
@@ -295,10 +296,40 @@ def young_steps(seed: int, trials: int, config: DetectorConfig = DEFAULT_CONFIG)
     return out
 
 
-def print_young_steps(young: dict) -> None:
+YOUNG_NULL_LENGTH = 20
+
+
+def young_false_alerts(seed: int, series: int, config: DetectorConfig = DEFAULT_CONFIG) -> dict:
+    """Null series of 20 commits (3 % run-to-run noise, 3 samples a commit with 1 % more), scanned
+    after every commit from the 10th on as the service does: the changes ever reported. Noise
+    estimated from a dozen differences is itself noisy; this is where that shows."""
+    rng = np.random.default_rng(seed)
+    alerts = 0
+    for _ in range(series):
+        level = 1000.0 * (1 + 0.03 * rng.standard_normal(YOUNG_NULL_LENGTH))
+        points = (level[:, None] * (1 + 0.01 * rng.standard_normal((YOUNG_NULL_LENGTH, 3)))).tolist()
+        found = {c.index for end in range(config.min_points, YOUNG_NULL_LENGTH + 1)
+                 for c in detect_recent(points[:end], None, config)}
+        alerts += len(found)
+    commits = series * YOUNG_NULL_LENGTH
+    return {"series": series, "commits": commits, "alerts": alerts, "per_1000": 1000.0 * alerts / commits,
+            "ci95_per_1000": [1000.0 * x / commits for x in poisson_interval(alerts)]}
+
+
+def print_young(young: dict) -> None:
     print(f"a step landing at commit {YOUNG_LANDING} of a {YOUNG_LENGTH}-commit series, 3 samples of 1 % jitter "
           "(reported exactly there / trials):")
-    print("  " + "   ".join(f"{shift}: {row['trials'] - row['misses']}/{row['trials']}" for shift, row in young.items()))
+    print("  " + "   ".join(f"{shift}: {row['trials'] - row['misses']}/{row['trials']}"
+                            for shift, row in young["steps"].items()))
+    null = young["false_alerts"]
+    print(f"false alerts on {null['series']} null series of {YOUNG_NULL_LENGTH} commits, scanned after each: "
+          f"{null['per_1000']:.2f} per 1,000 commits ({null['alerts']} over {null['commits']}; 95 % interval "
+          f"{null['ci95_per_1000'][0]:.2f}-{null['ci95_per_1000'][1]:.2f})")
+
+
+def young_series(seed: int, quick: bool) -> dict:
+    return {"steps": young_steps(seed, 400 if quick else 4000),
+            "false_alerts": young_false_alerts(seed, 200 if quick else 2000)}
 
 
 def delay_summary(delays: Sequence[float]) -> dict:
@@ -572,10 +603,10 @@ def only(args: argparse.Namespace) -> int:
                   f"commits)")
         write_result(args, {"false_alerts": false}, "detection_false_alerts.json")
         return 0
-    if args.only == "young-steps":
-        young = young_steps(args.seed, 400 if args.quick else 4000)
-        print_young_steps(young)
-        write_result(args, {"young_steps": young}, "detection_young_steps.json")
+    if args.only == "young":
+        young = young_series(args.seed, args.quick)
+        print_young(young)
+        write_result(args, {"young_series": young}, "detection_young.json")
         return 0
     latency = incremental_latency(args.seed, 20 if args.quick else 100)
     latency["service"] = service_latency(args.seed, 10 if args.quick else 30, ROOT / "var" / "bench-detection")
@@ -597,10 +628,10 @@ def main() -> int:
                         help="which part of the real corpus to score (tune with 'tuning' only)")
     parser.add_argument("--real-only", action="store_true",
                         help="only the real corpus table (no generators, delay, false alerts or latency)")
-    parser.add_argument("--only", choices=["generator", "false-alerts", "latency", "young-steps"],
+    parser.add_argument("--only", choices=["generator", "false-alerts", "latency", "young"],
                         help="only one measurement on this file's generator: the F1 table (no Otava), false "
                              "alerts per 1,000 commits, the incremental detection latency (detector and "
-                             "service path), or large steps in young series")
+                             "service path), or young series (large steps found, false alerts)")
     parser.add_argument("--sweep", action="store_true",
                         help="only the delay / false-alert trade-off of a few detector configurations")
     args = parser.parse_args()
@@ -661,7 +692,7 @@ def main() -> int:
         return 0
     delay = detection_delay(args.seed, 40 if args.quick else 200)
     false = false_alerts(args.seed, 300 if args.quick else 1000, 1 if args.quick else 8)
-    young = young_steps(args.seed, 400 if args.quick else 4000)
+    young = young_series(args.seed, args.quick)
     latency = incremental_latency(args.seed, 20 if args.quick else 100)
     latency["service"] = service_latency(args.seed, 10 if args.quick else 30, ROOT / "var" / "bench-detection")
 
@@ -681,7 +712,7 @@ def main() -> int:
     for cv, row in false["by_cv"].items():
         print(f"  CV {float(cv):.1%}: {row['per_1000']:.2f} per 1,000 ({row['alerts']} over {row['commits']} commits; "
               f"95 % interval {row['ci95_per_1000'][0]:.2f}-{row['ci95_per_1000'][1]:.2f})")
-    print_young_steps(young)
+    print_young(young)
     print(f"incremental detection after one new result, 2,000 points: median {latency['median_ms']:.1f} ms, "
           f"p95 {latency['p95_ms']:.1f} ms (full re-scan {latency['full_rescan_ms']:.1f} ms)")
     service = latency["service"]
@@ -692,7 +723,7 @@ def main() -> int:
 
     result = {"command": " ".join([Path(sys.executable).name, *sys.argv]), "seed": args.seed,
               "quick": args.quick, "machine": platform.platform(), "python": platform.python_version(),
-              "table": table, "delay_5pct_at_2pct_cv": delay, "false_alerts": false, "young_steps": young,
+              "table": table, "delay_5pct_at_2pct_cv": delay, "false_alerts": false, "young_series": young,
               "incremental_latency": latency, "notes": notes}
     out = ROOT / "bench" / "results" / "detection_quality.json"
     out.parent.mkdir(parents=True, exist_ok=True)

@@ -13,14 +13,15 @@ from app.detection import find_change_points
 from app.detection.detector import (
     DEFAULT_CONFIG,
     PlatformSeries,
-    _segments,
     classify_change,
     compare_accuracy,
+    confirm,
     detect,
     detect_recent,
     effect_threshold,
     evidence_at,
     mcnemar_exact,
+    noise_sigma,
     prepare,
     two_proportion_z,
 )
@@ -156,16 +157,26 @@ def test_a_wild_newest_commit_does_not_carry_a_small_shift_past_the_effect_thres
     assert find_change_points(old + shifted[:2] + [132.0]) == []   # the spike rule cannot judge the newest
 
 
+def test_a_chance_narrow_mad_does_not_cut_a_young_series_noise_away():
+    # The first differences of 14 commits (a 20 % step at 7) fall in two groups by chance: the
+    # MAD around their median is narrow, and a tight trim kept one group only (0.062).
+    jitter = random.Random(730)
+    levels = np.array([sorted(75.0 * (0.8 if i >= 7 else 1.0) * jitter.uniform(0.99, 1.01) for _ in range(3))[1]
+                       for i in range(14)])
+    steady = np.delete(np.diff(levels), 6)        # every difference but the step's
+    assert noise_sigma(levels) == pytest.approx(np.std(steady, ddof=1) / math.sqrt(2), rel=0.05)
+
+
 def test_a_real_step_beside_spurious_candidates_is_kept_when_spikes_leave_its_side_short():
-    # 3 samples a commit; the noise estimate comes out low, two commits of the new level look
-    # like spikes, and binary segmentation adds candidates on both sides of the step. Tested
-    # between them the step has too few commits on its right, so it has no effect of its own:
-    # ranking by it dropped the step first and then the rest failed.
+    # The state a low noise estimate once left (sigma 0.062 for noise of about 0.23): two commits
+    # of the new level taken for spikes, and candidates on both sides of the step. Tested between
+    # them the step has too few commits on its right, so it has no effect of its own: ranking by
+    # it dropped the step first, and then the rest failed.
     jitter = random.Random(730)
     points = [[75.0 * (0.8 if i >= 7 else 1.0) * jitter.uniform(0.99, 1.01) for _ in range(3)] for i in range(14)]
     prepared = prepare(points)
-    assert prepared.spikes and len(_segments(prepared, DEFAULT_CONFIG)) > 1
-    assert [c.index for c in detect(points)] == [7]
+    prepared.sigma, prepared.scale, prepared.spikes = 0.062, np.full(14, 0.062), {9, 11}
+    assert [c.index for c in confirm(prepared, [3, 7, 10], DEFAULT_CONFIG)] == [7]
 
 
 def test_evidence_after_a_lasting_step_stays_while_a_three_commit_dip_loses_it():
