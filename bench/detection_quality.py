@@ -300,17 +300,15 @@ YOUNG_NULL_LENGTH = 20
 
 
 def young_false_alerts(seed: int, series: int, config: DetectorConfig = DEFAULT_CONFIG) -> dict:
-    """Null series of 20 commits (3 % run-to-run noise, 3 samples a commit with 1 % more), scanned
-    after every commit from the 10th on as the service does: the changes ever reported. Noise
-    estimated from a dozen differences is itself noisy; this is where that shows."""
+    """Null series of 20 commits (3 % run-to-run noise, 3 samples a commit with 1 % more), grown
+    one commit at a time and counted by `alerts_while_growing`. Noise estimated from a dozen
+    differences is itself noisy; this is where that shows."""
     rng = np.random.default_rng(seed)
     alerts = 0
     for _ in range(series):
         level = 1000.0 * (1 + 0.03 * rng.standard_normal(YOUNG_NULL_LENGTH))
         points = (level[:, None] * (1 + 0.01 * rng.standard_normal((YOUNG_NULL_LENGTH, 3)))).tolist()
-        found = {c.index for end in range(config.min_points, YOUNG_NULL_LENGTH + 1)
-                 for c in detect_recent(points[:end], None, config)}
-        alerts += len(found)
+        alerts += alerts_while_growing(points, config)[0]
     commits = series * YOUNG_NULL_LENGTH
     return {"series": series, "commits": commits, "alerts": alerts, "per_1000": 1000.0 * alerts / commits,
             "ci95_per_1000": [1000.0 * x / commits for x in poisson_interval(alerts)]}
@@ -384,13 +382,31 @@ def oracle_cusum(rng: np.random.Generator, per_commit: int, run_cv: float, sampl
             "false_alerts_per_1000": 1000 * len(alarms(z_null, float(h))) / null_commits, **delay_summary(delays)}
 
 
+def alerts_while_growing(points: Sequence[Sequence[float]], config: DetectorConfig = DEFAULT_CONFIG) -> tuple[int, int]:
+    """A history grown one commit at a time, scanned by incremental detection after each: the
+    alerts it would raise (changes within the minimum segment of one already reported count once,
+    as the service merges them; drifts whose spans overlap count once, as the service widens that
+    alert) and, apart, the noise-changed alerts (never regressions)."""
+    reported: list[int] = []
+    drifts: list[tuple[int, int]] = []
+    noises: list[int] = []
+    for end in range(config.min_points, len(points) + 1):
+        found = analyse_recent(points[:end], None, config)
+        for change in found.changes:
+            if all(abs(change.index - r) > config.min_segment for r in reported):
+                reported.append(change.index)
+        for drift in found.drifts:
+            if all(drift.start > e or drift.end < s for s, e in drifts):
+                drifts.append((drift.start, drift.end))
+        if found.noise is not None and all(abs(found.noise.index - k) > 20 for k in noises):
+            noises.append(found.noise.index)
+    return len(reported) + len(drifts), len(noises)
+
+
 def false_alerts(seed: int, length: int, per_pattern: int, config: DetectorConfig = DEFAULT_CONFIG,
                  cvs: Sequence[float] = CVS) -> dict:
-    """Null histories (noise, outliers, banding) grown one commit at a time; every distinct change
-    reported by incremental detection along the way would be an alert (changes within the
-    minimum segment of one already reported count once, as the service merges them), and so
-    would every distinct drift (one whose span overlaps a reported drift counts once, as the
-    service widens that alert). Noise-changed alerts are counted apart (never regressions)."""
+    """Null histories (noise, outliers, banding) grown one commit at a time, counted by
+    `alerts_while_growing`."""
     rng = np.random.default_rng(seed)
     alerts = commits = noise_alerts = 0
     by_cv: dict[str, float] = {}
@@ -400,22 +416,9 @@ def false_alerts(seed: int, length: int, per_pattern: int, config: DetectorConfi
         for pattern in ("noise", "outliers", "banding"):
             for _ in range(per_pattern):
                 history = perf_history(rng, pattern, cv, length)
-                points = history["samples"]
-                reported: list[int] = []
-                drifts: list[tuple[int, int]] = []
-                noises: list[int] = []
-                for end in range(config.min_points, length + 1):
-                    found = analyse_recent(points[:end], None, config)
-                    for change in found.changes:
-                        if all(abs(change.index - r) > config.min_segment for r in reported):
-                            reported.append(change.index)
-                    for drift in found.drifts:
-                        if all(drift.start > e or drift.end < s for s, e in drifts):
-                            drifts.append((drift.start, drift.end))
-                    if found.noise is not None and all(abs(found.noise.index - k) > 20 for k in noises):
-                        noises.append(found.noise.index)
-                cv_alerts += len(reported) + len(drifts)
-                noise_alerts += len(noises)
+                found, noises = alerts_while_growing(history["samples"], config)
+                cv_alerts += found
+                noise_alerts += noises
                 cv_commits += length
         low, high = poisson_interval(cv_alerts)
         by_cv[str(cv)] = {"per_1000": 1000 * cv_alerts / cv_commits, "alerts": cv_alerts, "commits": cv_commits,
