@@ -5,6 +5,12 @@ detection.service); entry points collect them (`app.wiring.duties`) and hand the
 which imports no area. A duty runs only while its process holds the duty's row in
 `worker_leases`; the lease is taken with a conditional UPDATE, so any number of gunicorn
 workers on any number of hosts can run this loop.
+
+A duty runs at most every `interval_s`. One that declares `due` also runs as soon as new work
+for it exists (a webhook just stored): between ticks the loop asks it every `poll_s`, with the
+time of its last run, whether something arrived since; only the lease's holder asks. The
+question is a cheap read, so a push turns into jobs within a fraction of a second instead of
+waiting out the interval, without a second process writing the lease row every poll.
 """
 from __future__ import annotations
 
@@ -12,16 +18,17 @@ import logging
 import os
 import socket
 import threading
+import time
 import uuid
 from dataclasses import dataclass
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Callable, Sequence
 
 from sqlalchemy import or_, select, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
-from app.core.clock import utcnow
+from app.core.clock import as_utc, utcnow
 from app.core.config import Settings, use_settings
 from app.core.db import Database, is_database_unavailable
 from app.core.models import WorkerLease
@@ -36,6 +43,8 @@ class Duty:
     run: Callable[[Database], object]
     interval_s: float = 5.0
     lease_s: float = 30.0
+    # Whether work arrived since the duty last ran (None: it never ran): a cheap read.
+    due: Callable[[Session, datetime | None], bool] | None = None
 
 
 def acquire(session: Session, name: str, lease_s: float, owner: str = OWNER, interval_s: float = 0.0) -> bool:
@@ -65,26 +74,58 @@ def run_due(db: Database, duties: Sequence[Duty], owner: str = OWNER) -> dict[st
         with db.session() as session:
             if not acquire(session, duty.name, duty.lease_s, owner, duty.interval_s):
                 continue
-        try:
-            done[duty.name] = duty.run(db)
-        except Exception:  # a failing duty must not kill the loop; it is retried next tick
-            log.exception("background duty failed", extra={"px_duty": duty.name})
+        _run(db, duty, done)
     return done
 
 
+def run_arrived(db: Database, duties: Sequence[Duty], owner: str = OWNER) -> dict[str, object]:
+    """Run each duty with a `due` check that says work arrived since its last run, its interval
+    notwithstanding; only where this process holds (or may take) the lease."""
+    done: dict[str, object] = {}
+    for duty in duties:
+        if duty.due is None:
+            continue
+        with db.session() as session:
+            # Columns, not the row: acquire's UPDATE would compare a loaded (naive, on SQLite) time.
+            lease = session.execute(select(WorkerLease.owner, WorkerLease.lease_expires_at, WorkerLease.last_run_at)
+                                    .where(WorkerLease.name == duty.name)).first()
+            held_elsewhere = (lease is not None and lease.owner not in (None, owner)
+                              and lease.lease_expires_at is not None and as_utc(lease.lease_expires_at) >= utcnow())
+            if held_elsewhere or not duty.due(session, as_utc(lease.last_run_at) if lease is not None else None):
+                continue
+            if not acquire(session, duty.name, duty.lease_s, owner):
+                continue
+        _run(db, duty, done)
+    return done
+
+
+def _run(db: Database, duty: Duty, done: dict[str, object]) -> None:
+    try:
+        done[duty.name] = duty.run(db)
+    except Exception:  # a failing duty must not kill the loop; it is retried next tick
+        log.exception("background duty failed", extra={"px_duty": duty.name})
+
+
 def start(db: Database, duties: Sequence[Duty], settings: Settings, stop: threading.Event | None = None,
-          tick_s: float = 1.0) -> threading.Thread:
-    """Run `duties` every `tick_s` in a daemon thread, with `settings` in force for them."""
+          tick_s: float = 1.0, poll_s: float = 0.2) -> threading.Thread:
+    """Run `duties` every `tick_s` in a daemon thread, with `settings` in force for them, and
+    the ones with a `due` check also within `poll_s` of work arriving."""
     stop = stop or threading.Event()
+    arriving = [duty for duty in duties if duty.due is not None]
 
     def loop() -> None:
         with use_settings(settings):
-            while not stop.wait(tick_s):
-                _tick()
+            next_tick = time.monotonic() + tick_s
+            while not stop.wait(min(poll_s, max(0.0, next_tick - time.monotonic())) if arriving else tick_s):
+                if not arriving or time.monotonic() >= next_tick:
+                    _guarded(run_due, duties)
+                    next_tick = time.monotonic() + tick_s
+                else:
+                    _guarded(run_arrived, arriving)
 
-    def _tick() -> None:
+    def _guarded(run: Callable[[Database, Sequence[Duty]], object], these: Sequence[Duty]) -> None:
         try:
-            run_due(db, duties)
+            run(db, these)
         except Exception as exc:
             if is_database_unavailable(exc):  # a restart or failover: the next tick tries again
                 log.warning("background loop: database unavailable: %s", str(getattr(exc, "orig", exc)).splitlines()[0])

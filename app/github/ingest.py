@@ -457,4 +457,13 @@ def _handle_pull_request(session: Session, repository: Repository, mirror: Mirro
             f"{queued} job(s) queued" + ("" if queued else f" (head already compared in comparison {comparison.id})"))
 
 
-DUTIES = [Duty("webhooks", lambda db: process_pending(db, current_settings()), interval_s=1.0, lease_s=60.0)]
+def arrived_since(session: Session, since: datetime | None) -> bool:
+    """A delivery stored since `since` waits for its first pass (the duty's `due` check)."""
+    query = select(WebhookDelivery.id).where(WebhookDelivery.state == "pending")
+    if since is not None:
+        query = query.where(WebhookDelivery.received_at > since)
+    return session.scalar(query.limit(1)) is not None
+
+
+DUTIES = [Duty("webhooks", lambda db: process_pending(db, current_settings()), interval_s=1.0, lease_s=60.0,
+               due=arrived_since)]

@@ -3,6 +3,7 @@ temp `upstream` stands in for GitHub), and the matrix is queued at the right com
 from __future__ import annotations
 
 import threading
+import time
 from contextlib import contextmanager
 from datetime import datetime, timedelta, timezone
 
@@ -11,6 +12,7 @@ from sqlalchemy import func, select
 from sqlalchemy.exc import DisconnectionError
 
 from app.core.clock import as_utc, utcnow
+from app.core.duties import start as start_duties
 from app.core.models import Branch, BranchCommit, Commit, Job, JobReason, PullRequest, Suite, WebhookDelivery
 from app.github import ingest
 from app.github.ingest import process_pending
@@ -477,4 +479,20 @@ def test_form_encoded_push_is_processed_like_json(client, app, db, tracked, upst
     headers["Content-Type"] = "application/x-www-form-urlencoded"
     assert client.post("/webhooks/github", data=body, headers=headers).status_code == 202
     assert not process_pending(db, app.extensions["parallax.settings"]).failed
+    assert len(jobs_by_sha(db)[head]) == MATRIX
+
+
+def test_a_stored_push_is_processed_without_waiting_for_the_duty_interval(client, app, db, tracked, upstream):
+    base = upstream.commit()
+    head = upstream.commit()
+    stop = threading.Event()
+    # A tick far beyond the wait below: only the duty's `due` check can start the pass.
+    start_duties(db, ingest.DUTIES, app.extensions["parallax.settings"], stop, tick_s=600, poll_s=0.05)
+    try:
+        assert post_webhook(client, "push", push_payload(base, head, [head])).status_code == 202
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and head not in jobs_by_sha(db):
+            time.sleep(0.05)
+    finally:
+        stop.set()
     assert len(jobs_by_sha(db)[head]) == MATRIX

@@ -1,9 +1,11 @@
 """Background duties run in exactly one process at a time, claimed through the database."""
+import threading
 from datetime import timedelta
 
 from sqlalchemy import update
 
-from app.core.duties import Duty, acquire, run_due
+from app.core.clock import as_utc
+from app.core.duties import Duty, acquire, run_arrived, run_due, start
 from app.core.models import WorkerLease
 
 
@@ -47,3 +49,60 @@ def test_a_failing_duty_does_not_stop_the_others(db):
         raise RuntimeError("boom")
     done = run_due(db, [Duty("boom", boom), Duty("ok", lambda _db: "fine")], owner="a")
     assert done == {"ok": "fine"}
+
+
+def arrived(flag: list[bool]):  # type: ignore[no-untyped-def]
+    """A `due` check that reports work while `flag[0]` is set, and records the `since` it got."""
+    def due(_session, since):  # type: ignore[no-untyped-def]
+        flag.append(since)
+        return flag[0]
+    return due
+
+
+def test_a_duty_whose_work_arrived_runs_before_its_interval(db):
+    calls: list[int] = []
+    duty = Duty("webhooks", lambda _db: calls.append(1), interval_s=60, due=arrived([True]))
+    run_due(db, [duty], owner="a")
+    assert run_arrived(db, [duty], owner="a") == {"webhooks": None}
+    assert calls == [1, 1]
+
+
+def test_a_duty_with_nothing_arrived_waits_for_its_interval(db):
+    calls: list[int] = []
+    duty = Duty("webhooks", lambda _db: calls.append(1), interval_s=60, due=arrived([False]))
+    run_due(db, [duty], owner="a")
+    assert run_arrived(db, [duty], owner="a") == {} and calls == [1]
+
+
+def test_arrived_work_is_left_to_the_process_holding_the_lease(db):
+    flag = [True]
+    calls: list[str] = []
+    duty = Duty("webhooks", lambda _db: calls.append("ran"), interval_s=60, due=arrived(flag))
+    run_due(db, [duty], owner="a")
+    assert run_arrived(db, [duty], owner="b") == {} and calls == ["ran"]
+    assert flag == [True], "the other process did not even ask"
+
+
+def test_the_due_check_is_given_the_time_of_the_last_run(db):
+    flag = [False]
+    duty = Duty("webhooks", lambda _db: None, interval_s=60, due=arrived(flag))
+    run_arrived(db, [duty], owner="a")
+    run_due(db, [duty], owner="a")
+    run_arrived(db, [duty], owner="a")
+    with db.session() as session:
+        last_run = session.get(WorkerLease, "webhooks").last_run_at
+    assert flag[1] is None and flag[2] == as_utc(last_run)
+
+
+def test_the_loop_runs_arrived_work_between_its_ticks(app, db):
+    flag = [False]
+    ran = threading.Event()
+    duty = Duty("webhooks", lambda _db: ran.set() if flag[0] else None, interval_s=600, due=arrived(flag))
+    run_due(db, [duty])
+    stop = threading.Event()
+    start(db, [duty], app.extensions["parallax.settings"], stop, tick_s=600, poll_s=0.05)
+    try:
+        flag[0] = True
+        assert ran.wait(60), "arrived work waited for the 600 s tick"
+    finally:
+        stop.set()
