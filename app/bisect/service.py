@@ -13,7 +13,7 @@ import logging
 import math
 import re
 from dataclasses import dataclass, replace
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any, Sequence
 
 from sqlalchemy import func, select
@@ -560,7 +560,16 @@ def run_duty(db: Database) -> dict[str, Any]:
     return {"resolved": resolved, "started": started, "steps": steps}
 
 
-DUTIES = [Duty("bisect", run_duty, interval_s=1.0, lease_s=120.0)]
+def _round_landed(session: Session, since: datetime | None) -> bool:
+    """A running bisect's job finished since the last pass: its next round may be due."""
+    query = (select(Job.id).join(Bisect, Bisect.id == Job.bisect_id)
+             .where(Bisect.state == BisectState.running, Job.finished_at.is_not(None)))
+    if since is not None:
+        query = query.where(Job.finished_at > since)
+    return session.scalar(query.limit(1)) is not None
+
+
+DUTIES = [Duty("bisect", run_duty, interval_s=1.0, lease_s=120.0, due=_round_landed)]
 
 
 # ---------------------------------------------------------------- JSON

@@ -67,23 +67,27 @@ def acquire(session: Session, name: str, lease_s: float, owner: str = OWNER, int
     return result.rowcount == 1
 
 
-def run_due(db: Database, duties: Sequence[Duty], owner: str = OWNER) -> dict[str, object]:
-    """Run every duty whose lease this process gets; returns what each run returned."""
+def run_due(db: Database, duties: Sequence[Duty], owner: str = OWNER,
+            failing: set[str] | None = None) -> dict[str, object]:
+    """Run every duty whose lease this process gets; returns what each run returned. `failing`
+    collects the names of the duties whose run raised (and loses those that ran fine)."""
     done: dict[str, object] = {}
     for duty in duties:
         with db.session() as session:
             if not acquire(session, duty.name, duty.lease_s, owner, duty.interval_s):
                 continue
-        _run(db, duty, done)
+        _run(db, duty, done, failing)
     return done
 
 
-def run_arrived(db: Database, duties: Sequence[Duty], owner: str = OWNER) -> dict[str, object]:
+def run_arrived(db: Database, duties: Sequence[Duty], owner: str = OWNER,
+                failing: set[str] | None = None) -> dict[str, object]:
     """Run each duty with a `due` check that says work arrived since its last run, its interval
-    notwithstanding; only where this process holds (or may take) the lease."""
+    notwithstanding; only where this process holds (or may take) the lease. A duty in `failing`
+    waits for its interval: work it cannot do would otherwise be retried every poll."""
     done: dict[str, object] = {}
     for duty in duties:
-        if duty.due is None:
+        if duty.due is None or (failing is not None and duty.name in failing):
             continue
         with db.session() as session:
             # Columns, not the row: acquire's UPDATE would compare a loaded (naive, on SQLite) time.
@@ -95,15 +99,20 @@ def run_arrived(db: Database, duties: Sequence[Duty], owner: str = OWNER) -> dic
                 continue
             if not acquire(session, duty.name, duty.lease_s, owner):
                 continue
-        _run(db, duty, done)
+        _run(db, duty, done, failing)
     return done
 
 
-def _run(db: Database, duty: Duty, done: dict[str, object]) -> None:
+def _run(db: Database, duty: Duty, done: dict[str, object], failing: set[str] | None) -> None:
     try:
         done[duty.name] = duty.run(db)
     except Exception:  # a failing duty must not kill the loop; it is retried next tick
         log.exception("background duty failed", extra={"px_duty": duty.name})
+        if failing is not None:
+            failing.add(duty.name)
+    else:
+        if failing is not None:
+            failing.discard(duty.name)
 
 
 def start(db: Database, duties: Sequence[Duty], settings: Settings, stop: threading.Event | None = None,
@@ -112,6 +121,7 @@ def start(db: Database, duties: Sequence[Duty], settings: Settings, stop: thread
     the ones with a `due` check also within `poll_s` of work arriving."""
     stop = stop or threading.Event()
     arriving = [duty for duty in duties if duty.due is not None]
+    failing: set[str] = set()
 
     def loop() -> None:
         with use_settings(settings):
@@ -123,9 +133,9 @@ def start(db: Database, duties: Sequence[Duty], settings: Settings, stop: thread
                 else:
                     _guarded(run_arrived, arriving)
 
-    def _guarded(run: Callable[[Database, Sequence[Duty]], object], these: Sequence[Duty]) -> None:
+    def _guarded(run: Callable[..., object], these: Sequence[Duty]) -> None:
         try:
-            run(db, these)
+            run(db, these, failing=failing)
         except Exception as exc:
             if is_database_unavailable(exc):  # a restart or failover: the next tick tries again
                 log.warning("background loop: database unavailable: %s", str(getattr(exc, "orig", exc)).splitlines()[0])

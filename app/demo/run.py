@@ -409,7 +409,7 @@ def _wait_for_verdict(demo: Demo, base: str, db: Database, story: PullStory, hea
             if found.get("head") == head and found.get("state") == "done":
                 return PullVerdict(head, found["conclusion"], found["title_line"], _comment_text(db, story),
                                    found["rounds"])
-            time.sleep(1)
+            time.sleep(0.25)  # the verdict lands within a poll of the duty (`Duty.due`)
     finally:
         _close(bars)
     raise DemoError(f"pull request #{story.number} had no verdict for {head[:10]} after {demo.timeout_s:.0f} s; "

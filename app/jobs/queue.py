@@ -9,7 +9,7 @@ from __future__ import annotations
 import logging
 import random
 import time
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
 from sqlalchemy import delete, event, exists, func, or_, select, update
@@ -452,5 +452,14 @@ def _reap(db: Database) -> int:
         return reap_expired(session)
 
 
+def runs_stored_since(session: Session, since: datetime | None) -> bool:
+    """A run stored since `since` waits for its `run_stored` hooks (the `due` check of the
+    duties that deliver them)."""
+    query = select(StoredRunHook.run_id)
+    if since is not None:
+        query = query.where(StoredRunHook.created_at > since)
+    return session.scalar(query.limit(1)) is not None
+
+
 DUTIES = [Duty("reaper", _reap, interval_s=5.0),
-          Duty("stored-runs", deliver_stored_runs, interval_s=1.0, lease_s=60.0)]
+          Duty("stored-runs", deliver_stored_runs, interval_s=1.0, lease_s=60.0, due=runs_stored_since)]

@@ -16,7 +16,7 @@ from __future__ import annotations
 import logging
 import math
 from dataclasses import dataclass, field
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any, Iterable
 
 from sqlalchemy import or_, select, update
@@ -45,7 +45,7 @@ from app.core.models import (
 from app.github import status as github_status
 from app.jobs.coverage import no_runner_note
 from app.jobs.matrix import pull_request_priority
-from app.jobs.queue import deliver_stored_runs, enqueue
+from app.jobs.queue import deliver_stored_runs, enqueue, runs_stored_since
 from app.pulls import outbox, report
 from app.pulls.verdicts import (
     START_ROUNDS,
@@ -518,4 +518,12 @@ def _duty(db: Database) -> int:
     return evaluate_dirty(db, settings)
 
 
-DUTIES = [Duty("pull-requests", _duty, interval_s=1.0, lease_s=120.0)]
+def _results_arrived(session: Session, since: datetime | None) -> bool:
+    """A run stored since the last pass (this duty delivers the hooks first), or a comparison a
+    failed job marked: the next verdict or round should not wait out the interval."""
+    return (runs_stored_since(session, since) or session.scalar(
+        select(PullComparison.id).where(PullComparison.dirty.is_(True), PullComparison.state == "measuring")
+        .limit(1)) is not None)
+
+
+DUTIES = [Duty("pull-requests", _duty, interval_s=1.0, lease_s=120.0, due=_results_arrived)]

@@ -100,3 +100,19 @@ def test_a_completion_does_not_wait_for_a_transaction_holding_its_series_row(cli
         transaction.rollback()
         holder.close()
         thread.join(30)
+
+
+def test_a_stored_run_is_due_for_delivery_until_it_is_delivered(client, app, db) -> None:  # type: ignore[no-untyped-def]
+    from datetime import timedelta
+
+    from app.core.clock import utcnow
+    from app.jobs.queue import runs_stored_since
+    before = utcnow() - timedelta(seconds=1)
+    complete_one(client, app, SHA_A)
+    with db.session() as session:
+        assert runs_stored_since(session, None) and runs_stored_since(session, before)
+        assert not runs_stored_since(session, utcnow() + timedelta(seconds=1)), "stored before the last pass"
+    assert deliver_stored_runs(db) == 1
+    with db.session() as session:
+        assert not runs_stored_since(session, None)
+    assert next(d for d in DUTIES if d.name == "stored-runs").due is runs_stored_since

@@ -106,3 +106,30 @@ def test_the_loop_runs_arrived_work_between_its_ticks(app, db):
         assert ran.wait(60), "arrived work waited for the 600 s tick"
     finally:
         stop.set()
+
+
+def test_a_duty_that_failed_waits_for_its_interval_before_running_on_arrivals_again(db):
+    calls: list[int] = []
+
+    def boom(_db):  # type: ignore[no-untyped-def]
+        calls.append(1)
+        raise RuntimeError("cannot do it")
+    duty = Duty("webhooks", boom, interval_s=60, due=arrived([True]))
+    failing: set[str] = set()
+    run_arrived(db, [duty], owner="a", failing=failing)
+    run_arrived(db, [duty], owner="a", failing=failing)
+    assert calls == [1] and failing == {"webhooks"}
+
+
+def test_a_regular_run_that_succeeds_lets_arrivals_run_the_duty_again(db):
+    fail = [True]
+
+    def flaky(_db):  # type: ignore[no-untyped-def]
+        if fail[0]:
+            raise RuntimeError("not yet")
+    duty = Duty("webhooks", flaky, interval_s=0, due=arrived([True]))
+    failing: set[str] = set()
+    run_arrived(db, [duty], owner="a", failing=failing)
+    fail[0] = False
+    run_due(db, [duty], owner="a", failing=failing)
+    assert failing == set() and run_arrived(db, [duty], owner="a", failing=failing) == {"webhooks": None}
