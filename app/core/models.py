@@ -487,6 +487,7 @@ class DetectionState(Base):
     series_key: Mapped[str] = mapped_column(String(64), unique=True)
     dirty: Mapped[bool] = mapped_column(Boolean, default=True, index=True)
     last_scanned_at: Mapped[datetime | None]
+    marked_at: Mapped[datetime | None]  # the latest mark (a run stored): the duty's arrival check
     description: Mapped[dict[str, Any]] = mapped_column(JSON, default=dict)
 
 

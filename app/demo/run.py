@@ -486,23 +486,29 @@ def _update(demo: Demo, db: Database, bars: dict[str, tqdm]) -> tuple[int, int, 
     return pending, running, dirty
 
 
+# How long everything must stay quiet: an alert opened by detection gets its bisect at the bisect
+# duty's next tick (every second), and a finished bisect can still queue confirmation jobs.
+SETTLED_S = 3.0
+
+
 def _wait_until_settled(demo: Demo, db: Database) -> None:
-    """Until every job has finished, no bisect runs and detection has seen every result, twice
-    in a row a few seconds apart (a finished bisect can still queue confirmation jobs)."""
+    """Until every job has finished, no bisect runs and detection has seen every result, for
+    `SETTLED_S` without a break."""
     _step("measuring; detection, bisect and confirmation run as results arrive")
     bars = _bars()
     deadline = time.monotonic() + demo.timeout_s
-    quiet = 0
+    quiet_since: float | None = None
     try:
         while True:
             pending, running, dirty = _update(demo, db, bars)
-            quiet = quiet + 1 if pending == running == dirty == 0 else 0
-            if quiet >= 3:
+            now = time.monotonic()
+            quiet_since = (quiet_since or now) if pending == running == dirty == 0 else None
+            if quiet_since is not None and now - quiet_since >= SETTLED_S:
                 return
-            if time.monotonic() > deadline:
+            if now > deadline:
                 raise DemoError(f"not settled after {demo.timeout_s:.0f} s ({pending} job(s) unfinished, "
                                 f"{running} bisect(s) running); see {demo.work}/*.log")
-            time.sleep(2)
+            time.sleep(0.5)
     finally:
         _close(bars)
 

@@ -23,6 +23,7 @@ from __future__ import annotations
 import logging
 import math
 from dataclasses import asdict, dataclass, field, replace
+from datetime import datetime, timedelta
 from typing import Any
 
 from sqlalchemy import select
@@ -126,8 +127,11 @@ def _insert(session: Session):  # type: ignore[no-untyped-def]
 
 def mark_dirty(session: Session, key: SeriesKey) -> None:
     """Insert or flag the series' state row; one statement, safe under concurrent completions."""
-    statement = _insert(session).values(series_key=key.digest, dirty=True, description={"key": key.to_json()})
-    session.execute(statement.on_conflict_do_update(index_elements=["series_key"], set_={"dirty": True}))
+    moment = utcnow()
+    statement = _insert(session).values(series_key=key.digest, dirty=True, marked_at=moment,
+                                        description={"key": key.to_json()})
+    session.execute(statement.on_conflict_do_update(index_elements=["series_key"],
+                                                    set_={"dirty": True, "marked_at": moment}))
 
 
 def on_run_stored(session: Session, run: Run) -> None:
@@ -161,7 +165,7 @@ def scan_dirty(db: Database, limit: int = SCAN_BATCH) -> ScanReport:
                 session.rollback()
                 state = session.get(DetectionState, state_id)
                 if state is not None:
-                    state.dirty = True   # retried on the next tick
+                    state.dirty = True   # retried on the next tick (not on arrivals: no new mark)
                 session.commit()
     return report
 
@@ -831,4 +835,20 @@ def _pointwise_classification(session: Session, series: Series, before: Any, aft
     return "common" if all(v == "changed" for v in verdicts) else "platform_specific"
 
 
-DUTIES = [Duty("detection", scan_dirty, interval_s=5.0, lease_s=300.0)]
+# Detection runs on arrivals too, but at most once a second: a burst of runs on one series is
+# scanned once, not once per run.
+ARRIVALS_MIN_S = 1.0
+
+
+def marked_since(session: Session, since: datetime | None) -> bool:
+    """A run stored, or a series marked, since the last pass (one over a second ago): the duty's
+    `due` check. A series whose scan failed keeps its old mark and waits for the interval."""
+    if since is not None and since > utcnow() - timedelta(seconds=ARRIVALS_MIN_S):
+        return False
+    marked = select(DetectionState.id).where(DetectionState.dirty.is_(True))
+    if since is not None:
+        marked = marked.where(DetectionState.marked_at > since)
+    return queue.runs_stored_since(session, since) or session.scalar(marked.limit(1)) is not None
+
+
+DUTIES = [Duty("detection", scan_dirty, interval_s=5.0, lease_s=300.0, due=marked_since)]

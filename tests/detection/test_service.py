@@ -486,3 +486,56 @@ def test_a_slow_accuracy_drift_becomes_one_alert_over_the_commits_that_drifted(b
     assert change.details["discordant"] == [12, 0] and change.p_value == pytest.approx(stats.binomtest(0, 12).pvalue)
     assert change.suspected_commits == shas[1:7]
     assert rescan(db).created == []
+
+
+# ---------------------------------------------------------------- the duty's arrival check
+
+def detection_due(db, since) -> bool:  # type: ignore[no-untyped-def]
+    (duty,) = detection_service.DUTIES
+    with db.session() as session:
+        return duty.due(session, since)
+
+
+def seconds_ago(seconds: float):  # type: ignore[no-untyped-def]
+    from datetime import timedelta
+
+    from app.core.clock import utcnow
+    return utcnow() - timedelta(seconds=seconds)
+
+
+def mark_earlier(db, seconds: float) -> None:  # type: ignore[no-untyped-def]
+    """Move every series' mark back, as if its run had arrived before the last pass."""
+    with db.session() as session:
+        for state in session.scalars(select(DetectionState)):
+            state.marked_at = seconds_ago(seconds)
+
+
+def test_a_series_marked_since_the_last_pass_makes_detection_due(build, db):
+    build.result(build.branch(1)[0], "rocm", [1000.0])
+    assert detection_due(db, None) and detection_due(db, seconds_ago(5))
+
+
+def test_a_series_marked_before_the_last_pass_does_not(build, db):
+    build.result(build.branch(1)[0], "rocm", [1000.0])
+    mark_earlier(db, 10)
+    assert not detection_due(db, seconds_ago(5))
+
+
+def test_detection_is_not_due_again_within_a_second_of_its_last_pass(build, db):
+    last_pass = seconds_ago(0.5)
+    build.result(build.branch(1)[0], "rocm", [1000.0])  # marked after that pass
+    assert not detection_due(db, last_pass)
+
+
+def test_a_series_whose_scan_failed_waits_for_the_interval_not_for_arrivals(build, db, monkeypatch):
+    build.result(build.branch(1)[0], "rocm", [1000.0])
+    mark_earlier(db, 10)
+
+    def broken(session, series_key, *, full):  # type: ignore[no-untyped-def]
+        raise RuntimeError("a broken series")
+    monkeypatch.setattr(detection_service, "scan_series", broken)
+    scan_dirty(db)
+    with db.session() as session:
+        (state,) = session.scalars(select(DetectionState))
+    assert state.dirty, "kept for the next regular pass"
+    assert not detection_due(db, seconds_ago(5))
