@@ -22,7 +22,7 @@ import time
 import uuid
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import Callable, Sequence
+from typing import Any, Callable, Sequence
 
 from sqlalchemy import or_, select, update
 from sqlalchemy.exc import IntegrityError
@@ -67,12 +67,37 @@ def acquire(session: Session, name: str, lease_s: float, owner: str = OWNER, int
     return result.rowcount == 1
 
 
+def _leases(session: Session, duties: Sequence[Duty]) -> dict[str, Any]:
+    """The lease rows of `duties`, read in one query (columns, not ORM rows: acquire's UPDATE
+    would compare a loaded time, naive on SQLite, with an aware one)."""
+    return {row.name: row for row in session.execute(
+        select(WorkerLease.name, WorkerLease.owner, WorkerLease.lease_expires_at, WorkerLease.last_run_at)
+        .where(WorkerLease.name.in_([duty.name for duty in duties])))}
+
+
+def _may_take(lease: Any, owner: str, moment: datetime) -> bool:
+    """Whether `owner` holds the lease or could take it (acquire decides for good)."""
+    return (lease is None or lease.owner in (None, owner) or lease.lease_expires_at is None
+            or as_utc(lease.lease_expires_at) < moment)
+
+
+def _last_run(lease: Any) -> datetime | None:
+    return as_utc(lease.last_run_at) if lease is not None else None
+
+
 def run_due(db: Database, duties: Sequence[Duty], owner: str = OWNER,
             failing: set[str] | None = None) -> dict[str, object]:
     """Run every duty whose lease this process gets; returns what each run returned. `failing`
-    collects the names of the duties whose run raised (and loses those that ran fine)."""
+    collects the names of the duties whose run raised (and loses those that ran fine). One read
+    of the leases first: a duty another process holds, or whose interval has not passed, costs
+    no write."""
     done: dict[str, object] = {}
-    for duty in duties:
+    with db.session() as session:
+        moment = utcnow()
+        leases = _leases(session, duties)
+        ready = [duty for duty in duties if _may_take(lease := leases.get(duty.name), owner, moment)
+                 and ((last := _last_run(lease)) is None or last <= moment - timedelta(seconds=duty.interval_s))]
+    for duty in ready:
         with db.session() as session:
             if not acquire(session, duty.name, duty.lease_s, owner, duty.interval_s):
                 continue
@@ -86,17 +111,16 @@ def run_arrived(db: Database, duties: Sequence[Duty], owner: str = OWNER,
     notwithstanding; only where this process holds (or may take) the lease. A duty in `failing`
     waits for its interval: work it cannot do would otherwise be retried every poll."""
     done: dict[str, object] = {}
-    for duty in duties:
-        if duty.due is None or (failing is not None and duty.name in failing):
-            continue
+    asked = [duty for duty in duties if duty.due is not None and not (failing is not None and duty.name in failing)]
+    if not asked:
+        return done
+    with db.session() as session:
+        moment = utcnow()
+        leases = _leases(session, asked)
+        arrived = [duty for duty in asked if _may_take(lease := leases.get(duty.name), owner, moment)
+                   and duty.due is not None and duty.due(session, _last_run(lease))]
+    for duty in arrived:
         with db.session() as session:
-            # Columns, not the row: acquire's UPDATE would compare a loaded (naive, on SQLite) time.
-            lease = session.execute(select(WorkerLease.owner, WorkerLease.lease_expires_at, WorkerLease.last_run_at)
-                                    .where(WorkerLease.name == duty.name)).first()
-            held_elsewhere = (lease is not None and lease.owner not in (None, owner)
-                              and lease.lease_expires_at is not None and as_utc(lease.lease_expires_at) >= utcnow())
-            if held_elsewhere or not duty.due(session, as_utc(lease.last_run_at) if lease is not None else None):
-                continue
             if not acquire(session, duty.name, duty.lease_s, owner):
                 continue
         _run(db, duty, done, failing)
