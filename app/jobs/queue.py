@@ -390,6 +390,21 @@ def deliver_stored_runs(db: Database, limit: int = 200) -> int:
     return len(ids)
 
 
+RESTARTED = "the runner stopped during this attempt (killed or crashed) and started again"
+
+
+def fail_back_running(session: Session, runner: Runner) -> list[int]:
+    """A new process of `runner` claims (its `claim_session` changed): it runs one job at a time
+    and has none yet, so a job still running on the runner was the dead process's. Each is failed
+    back as retryable, as the runner does itself for an attempt it had recorded; this covers the
+    one it could not record (killed between the claim's answer and its own record), which would
+    otherwise wait out its lease. Returns the job ids."""
+    ids = list(session.scalars(select(Job.id).where(Job.runner_id == runner.id, Job.state == JobState.running)))
+    for job_id in ids:
+        fail(session, runner, job_id, RESTARTED, retryable=True)
+    return ids
+
+
 # What a runner may say a failure was, besides an ordinary one: "build" — the suite's setup
 # failed, so the commit could not be measured at all (bisect skips it, like `git bisect skip`).
 FAILURE_KINDS = ("build",)

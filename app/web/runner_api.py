@@ -93,7 +93,10 @@ def claim_job():  # type: ignore[no-untyped-def]
             claim_session = limits.identifier(claim_session, "session",
                                               limits.column_chars(Runner.__table__.c.claim_session))
             if runner.claim_session != claim_session:
-                # A new process of this runner: from now on only its claims take jobs (queue.try_claim).
+                # A new process of this runner: from now on only its claims take jobs (queue.try_claim),
+                # and a job still running under the old one is requeued now, not after its lease.
+                if runner.claim_session is not None:
+                    queue.fail_back_running(session, runner)
                 runner.claim_session = claim_session
                 session.commit()
         session.close()  # do not hold a connection through the long-poll

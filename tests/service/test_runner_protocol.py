@@ -174,6 +174,35 @@ def test_a_long_poll_left_by_an_earlier_process_of_the_runner_takes_no_job(clien
     assert job.status_code == 200 and job.get_json()["job"]["attempt"] == 1
 
 
+def test_a_job_the_previous_process_was_running_is_retried_at_the_new_processs_first_claim(client, app, db):
+    """A runner killed between the claim's answer and its own record of the job, then started
+    again: the new process cannot fail the attempt back itself, and the job would wait out its
+    lease. Its first claim (a new session) requeues the job, and takes it."""
+    from app.core.models import JobAttempt
+    headers = register(client, app)
+    queue_jobs(client, SHA_A, suite="decode-throughput", platform="cpu")
+    taken = client.post("/api/v1/jobs/claim", json={"wait_s": 0, "session": "process-1"}, headers=headers)
+    assert taken.status_code == 200
+    again = client.post("/api/v1/jobs/claim", json={"wait_s": 0, "session": "process-2"}, headers=headers)
+    assert again.status_code == 200
+    assert (again.get_json()["job"]["id"], again.get_json()["job"]["attempt"]) == (taken.get_json()["job"]["id"], 2)
+    with db.session() as session:
+        first = session.scalar(select(JobAttempt).where(JobAttempt.attempt == 1))
+        assert first.outcome == "retry"
+        reason = session.scalar(select(Job.failure_reason))
+    assert "started again" in reason
+
+
+def test_a_second_claim_of_the_same_process_leaves_its_running_job_alone(client, app, db):
+    headers = register(client, app)
+    queue_jobs(client, SHA_A, suite="decode-throughput", platform="cpu")
+    assert client.post("/api/v1/jobs/claim", json={"wait_s": 0, "session": "process-1"}, headers=headers).status_code == 200
+    assert client.post("/api/v1/jobs/claim", json={"wait_s": 0, "session": "process-1"}, headers=headers).status_code == 204
+    with db.session() as session:
+        job = session.scalar(select(Job))
+        assert (job.state, job.attempt) == (JobState.running, 1)
+
+
 @pytest.mark.parametrize("value", [5, "", "x" * 65])
 def test_a_claim_session_that_is_not_a_short_string_is_422(client, app, value):
     response = client.post("/api/v1/jobs/claim", json={"session": value}, headers=register(client, app))
