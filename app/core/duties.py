@@ -8,9 +8,10 @@ workers on any number of hosts can run this loop.
 
 A duty runs at most every `interval_s`. One that declares `due` also runs as soon as new work
 for it exists (a webhook just stored): between ticks the loop asks it every `poll_s`, with the
-time of its last run, whether something arrived since; only the lease's holder asks. The
-question is a cheap read, so a push turns into jobs within a fraction of a second instead of
-waiting out the interval, without a second process writing the lease row every poll.
+time of its last run, whether something arrived since; only a process that holds the lease (or
+may take it) asks. Each tick and each poll reads every lease in one query, and writes only the
+leases it will run, so a push turns into jobs within a fraction of a second instead of waiting
+out the interval at little cost to an idle service (docs/testing.md).
 """
 from __future__ import annotations
 
