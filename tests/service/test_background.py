@@ -51,17 +51,21 @@ def test_a_failing_duty_does_not_stop_the_others(db):
     assert done == {"ok": "fine"}
 
 
-def arrived(flag: list[bool]):  # type: ignore[no-untyped-def]
-    """A `due` check that reports work while `flag[0]` is set, and records the `since` it got."""
-    def due(_session, since):  # type: ignore[no-untyped-def]
-        flag.append(since)
-        return flag[0]
-    return due
+class Arrivals:
+    """A `due` check that reports work while `waiting` is set, and records each `since` it got."""
+
+    def __init__(self, waiting: bool) -> None:
+        self.waiting = waiting
+        self.asked: list[object] = []
+
+    def __call__(self, _session, since):  # type: ignore[no-untyped-def]
+        self.asked.append(since)
+        return self.waiting
 
 
 def test_a_duty_whose_work_arrived_runs_before_its_interval(db):
     calls: list[int] = []
-    duty = Duty("webhooks", lambda _db: calls.append(1), interval_s=60, due=arrived([True]))
+    duty = Duty("webhooks", lambda _db: calls.append(1), interval_s=60, due=Arrivals(True))
     run_due(db, [duty], owner="a")
     assert run_arrived(db, [duty], owner="a") == {"webhooks": None}
     assert calls == [1, 1]
@@ -69,40 +73,40 @@ def test_a_duty_whose_work_arrived_runs_before_its_interval(db):
 
 def test_a_duty_with_nothing_arrived_waits_for_its_interval(db):
     calls: list[int] = []
-    duty = Duty("webhooks", lambda _db: calls.append(1), interval_s=60, due=arrived([False]))
+    duty = Duty("webhooks", lambda _db: calls.append(1), interval_s=60, due=Arrivals(False))
     run_due(db, [duty], owner="a")
     assert run_arrived(db, [duty], owner="a") == {} and calls == [1]
 
 
 def test_arrived_work_is_left_to_the_process_holding_the_lease(db):
-    flag = [True]
+    arrivals = Arrivals(True)
     calls: list[str] = []
-    duty = Duty("webhooks", lambda _db: calls.append("ran"), interval_s=60, due=arrived(flag))
+    duty = Duty("webhooks", lambda _db: calls.append("ran"), interval_s=60, due=arrivals)
     run_due(db, [duty], owner="a")
     assert run_arrived(db, [duty], owner="b") == {} and calls == ["ran"]
-    assert flag == [True], "the other process did not even ask"
+    assert arrivals.asked == [], "the other process did not even ask"
 
 
 def test_the_due_check_is_given_the_time_of_the_last_run(db):
-    flag = [False]
-    duty = Duty("webhooks", lambda _db: None, interval_s=60, due=arrived(flag))
+    arrivals = Arrivals(False)
+    duty = Duty("webhooks", lambda _db: None, interval_s=60, due=arrivals)
     run_arrived(db, [duty], owner="a")
     run_due(db, [duty], owner="a")
     run_arrived(db, [duty], owner="a")
     with db.session() as session:
         last_run = session.get(WorkerLease, "webhooks").last_run_at
-    assert flag[1] is None and flag[2] == as_utc(last_run)
+    assert arrivals.asked == [None, as_utc(last_run)]
 
 
 def test_the_loop_runs_arrived_work_between_its_ticks(app, db):
-    flag = [False]
+    arrivals = Arrivals(False)
     ran = threading.Event()
-    duty = Duty("webhooks", lambda _db: ran.set() if flag[0] else None, interval_s=600, due=arrived(flag))
+    duty = Duty("webhooks", lambda _db: ran.set() if arrivals.waiting else None, interval_s=600, due=arrivals)
     run_due(db, [duty])
     stop = threading.Event()
     start(db, [duty], app.extensions["parallax.settings"], stop, tick_s=600, poll_s=0.05)
     try:
-        flag[0] = True
+        arrivals.waiting = True
         assert ran.wait(60), "arrived work waited for the 600 s tick"
     finally:
         stop.set()
@@ -114,7 +118,7 @@ def test_a_duty_that_failed_waits_for_its_interval_before_running_on_arrivals_ag
     def boom(_db):  # type: ignore[no-untyped-def]
         calls.append(1)
         raise RuntimeError("cannot do it")
-    duty = Duty("webhooks", boom, interval_s=60, due=arrived([True]))
+    duty = Duty("webhooks", boom, interval_s=60, due=Arrivals(True))
     failing: set[str] = set()
     run_arrived(db, [duty], owner="a", failing=failing)
     run_arrived(db, [duty], owner="a", failing=failing)
@@ -127,7 +131,7 @@ def test_a_regular_run_that_succeeds_lets_arrivals_run_the_duty_again(db):
     def flaky(_db):  # type: ignore[no-untyped-def]
         if fail[0]:
             raise RuntimeError("not yet")
-    duty = Duty("webhooks", flaky, interval_s=0, due=arrived([True]))
+    duty = Duty("webhooks", flaky, interval_s=0, due=Arrivals(True))
     failing: set[str] = set()
     run_arrived(db, [duty], owner="a", failing=failing)
     fail[0] = False
