@@ -25,7 +25,7 @@ from typing import Any
 
 from runners import execute
 from runners.checkout import CheckoutError, Workspace, validate_sha
-from runners.client import Aborted, Client, LeaseLost, RetryPolicy, ServiceError, Unauthorized
+from runners.client import RESTARTED_REASON, Aborted, Client, LeaseLost, RetryPolicy, ServiceError, Unauthorized
 from runners.facts import REAL_PLATFORMS, Facts, detect, engine_version, environment_facts, probe_torch
 from runners.host_lock import HostLock, HostLockError, Interrupted
 from runners.outage import OutageReport
@@ -312,8 +312,7 @@ class Agent:
         if the runner no longer holds it (the lease expired, another runner took it over)."""
         assert self.client is not None
         try:
-            self.client.fail(job_id, attempt, "the runner stopped during this attempt (killed or crashed) "
-                             "and started again", retryable=True, budget_s=self.config.claim_retry_s)
+            self.client.fail(job_id, attempt, RESTARTED_REASON, retryable=True, budget_s=self.config.claim_retry_s)
         except ServiceError as exc:  # 409 (no longer its holder), an outage, an abort
             log.info("job %d attempt %d, running when this runner stopped, was not failed back: %s",
                      job_id, attempt, exc)

@@ -19,6 +19,11 @@ import requests
 
 log = logging.getLogger(__name__)
 
+# Why an attempt failed back when its runner died and started again: given by the restarted runner
+# for the attempt it had recorded, and by the service for one it could not record
+# (`app.jobs.queue.fail_back_running`).
+RESTARTED_REASON = "the runner stopped during this attempt (killed or crashed) and started again"
+
 
 def _tail(text: str, limit: int = 160) -> str:
     """The end of an error (where urllib3 puts the cause), cut at a word, never inside one."""

@@ -37,6 +37,7 @@ from app.core.models import (
 )
 from app.jobs import wakeups
 from app.jobs.measurements import document_hash, store_run
+from runners.client import RESTARTED_REASON
 from runners.results import DEFAULT_LIMITS, Limits, ResultsError, loads
 
 log = logging.getLogger(__name__)
@@ -390,9 +391,6 @@ def deliver_stored_runs(db: Database, limit: int = 200) -> int:
     return len(ids)
 
 
-RESTARTED = "the runner stopped during this attempt (killed or crashed) and started again"
-
-
 def fail_back_running(session: Session, runner: Runner) -> list[int]:
     """A new process of `runner` claims (its `claim_session` changed): it runs one job at a time
     and has none yet, so a job still running on the runner was the dead process's. Each is failed
@@ -401,7 +399,7 @@ def fail_back_running(session: Session, runner: Runner) -> list[int]:
     otherwise wait out its lease. Returns the job ids."""
     ids = list(session.scalars(select(Job.id).where(Job.runner_id == runner.id, Job.state == JobState.running)))
     for job_id in ids:
-        fail(session, runner, job_id, RESTARTED, retryable=True)
+        fail(session, runner, job_id, RESTARTED_REASON, retryable=True)
     return ids
 
 
