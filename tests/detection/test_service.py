@@ -5,11 +5,13 @@ from __future__ import annotations
 
 import math
 from dataclasses import replace
+from datetime import datetime, timedelta
 
 import pytest
 from scipy import stats
 from sqlalchemy import func, select
 
+from app.core.clock import utcnow
 from app.core.models import (
     Alert,
     AlertChange,
@@ -496,10 +498,7 @@ def detection_due(db, since) -> bool:  # type: ignore[no-untyped-def]
         return duty.due(session, since)
 
 
-def seconds_ago(seconds: float):  # type: ignore[no-untyped-def]
-    from datetime import timedelta
-
-    from app.core.clock import utcnow
+def seconds_ago(seconds: float) -> datetime:
     return utcnow() - timedelta(seconds=seconds)
 
 

@@ -4,15 +4,17 @@ per run, in the transaction that deletes the row. Runs on SQLite and PostgreSQL.
 from __future__ import annotations
 
 import threading
+from datetime import timedelta
 
 import pytest
 import sqlalchemy as sa
 from sqlalchemy import func, select
 
 from app.core import signals
+from app.core.clock import utcnow
 from app.core.models import DetectionState, Run, StoredRunHook
 from app.detection.service import scan_dirty
-from app.jobs.queue import DUTIES, deliver_stored_runs
+from app.jobs.queue import DUTIES, deliver_stored_runs, runs_stored_since
 from tests.support.service_api import SHA_A, SHA_B, claim, document, queue_jobs, raw, register
 
 
@@ -103,10 +105,6 @@ def test_a_completion_does_not_wait_for_a_transaction_holding_its_series_row(cli
 
 
 def test_a_stored_run_is_due_for_delivery_until_it_is_delivered(client, app, db) -> None:  # type: ignore[no-untyped-def]
-    from datetime import timedelta
-
-    from app.core.clock import utcnow
-    from app.jobs.queue import runs_stored_since
     before = utcnow() - timedelta(seconds=1)
     complete_one(client, app, SHA_A)
     with db.session() as session:
