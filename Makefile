@@ -53,19 +53,12 @@ SOLO_FILES := $(shell grep -rl --include='test_*.py' 'mark.solo' tests 2>/dev/nu
 TEST_WORKERS ?= $(shell n=$$(nproc 2>/dev/null || echo 1); w=$$((2 * n)); echo $$((w > 8 ? 8 : w)))
 XDIST_ARGS := -n $(TEST_WORKERS) --dist worksteal
 
-# The tests write bytecode caches (`__pycache__`, ignored by git) even where the environment sets
-# PYTHONDONTWRITEBYTECODE: the suite starts hundreds of Python processes (workers, served apps,
-# runners, jobs, CLI calls), and without caches each compiles the project's modules again and
-# pytest rewrites every test module in every worker: collecting took 10.7-11.8 CPU-s per worker
-# without them and 7.1-8.0 s with them (docs/testing.md).
-test: export PYTHONDONTWRITEBYTECODE :=
 test: $(KERNELS)
 	@status=0; \
 	$(PY) -m pytest $(XDIST_ARGS) -m "not solo" $(PYTEST_ARGS) || { s=$$?; [ $$s -eq 5 ] || status=$$s; }; \
 	$(PY) -m pytest -m solo $(or $(PYTEST_ARGS),$(SOLO_FILES)) || { s=$$?; [ $$s -eq 5 ] || status=$$s; }; \
 	exit $$status
 
-test-fast: export PYTHONDONTWRITEBYTECODE :=
 test-fast: $(KERNELS)
 	$(PY) -m pytest $(XDIST_ARGS) -m "not slow and not solo" $(PYTEST_ARGS)
 
