@@ -186,9 +186,12 @@ def test_a_runner_with_warm_import_forks_each_job_at_its_commit_from_one_warm_in
     root = Path(__file__).resolve().parents[2]
     h = make_harness(sqlite_url, command=(sys.executable, "-m", "tests.runner.fake_suite"))
     proc = h.start_runner("r1", "--warm-import", "decimal", env={"PYTHONPATH": str(root)})
-    # Queued after the runner's first claim, which goes out before the interpreter has started
-    # (a job it finds then starts cold: the next test).
-    wait_for(lambda: _claimed_once(h), 60, "the runner's first claim")
+    # Queued once the runner's first claim has come back: it goes out before the interpreter has
+    # started (a job it finds then starts cold: the next test). The service records the claim's
+    # session before it looks at the queue, so a job queued as soon as the session shows could
+    # still be that claim's on a loaded machine (a run on 6 December); the warm interpreter's
+    # directory appears only after the claim returned.
+    wait_for((h.tmp_path / "work-r1" / "warm").exists, 60, "the runner's first claim to come back")
     job_ids = [h.enqueue(sha) for sha in h.shas]
     jobs = [h.wait_job(job_id, ("succeeded", "failed"), proc=proc) for job_id in job_ids]
     proc.send_signal(signal.SIGTERM)
