@@ -289,6 +289,8 @@ def test_a_runner_names_its_session_before_its_warm_interpreter_has_imported(mak
     try:
         wait_for(lambda: _claimed_once(h), 60, "the runner's first claim")
         assert not release.exists()  # named while the warm interpreter was still importing
+        # The first claim has come back (it could still take the job below on a loaded machine).
+        wait_for((h.tmp_path / "work-r1" / "warm").exists, 60, "the runner's first claim to come back")
     finally:
         release.write_text("")
     job = h.wait_job(h.enqueue(h.shas[0]), ("succeeded", "failed"), proc=proc)
