@@ -191,7 +191,7 @@ def test_a_runner_with_warm_import_forks_each_job_at_its_commit_from_one_warm_in
     # session before it looks at the queue, so a job queued as soon as the session shows could
     # still be that claim's on a loaded machine (a run on 6 December); the warm interpreter's
     # directory appears only after the claim returned.
-    wait_for((h.tmp_path / "work-r1" / "warm").exists, 60, "the runner's first claim to come back")
+    _wait_first_claim_back(h)
     job_ids = [h.enqueue(sha) for sha in h.shas]
     jobs = [h.wait_job(job_id, ("succeeded", "failed"), proc=proc) for job_id in job_ids]
     proc.send_signal(signal.SIGTERM)
@@ -208,6 +208,17 @@ def test_a_runner_with_warm_import_forks_each_job_at_its_commit_from_one_warm_in
         pids.add(context["pid"])
     assert len(pids) == 3  # a fresh fork per job
     assert not any(pid_alive(pid) for pid in pids)
+
+
+def _warm_dir(h) -> Path:  # type: ignore[no-untyped-def]
+    """Runner r1's warm interpreter directory: made when the runner starts the interpreter."""
+    return h.tmp_path / "work-r1" / "warm"
+
+
+def _wait_first_claim_back(h) -> None:  # type: ignore[no-untyped-def]
+    """Until runner r1's first claim has come back: the runner starts its warm interpreter (and
+    makes its directory) only after that claim."""
+    wait_for(_warm_dir(h).exists, 60, "the runner's first claim to come back")
 
 
 def _claimed_once(h) -> bool:  # type: ignore[no-untyped-def]
@@ -261,7 +272,7 @@ def test_the_warm_interpreter_starts_only_when_no_job_on_the_machine_measures(ma
     try:
         wait_for(lambda: "to start the warm interpreter" in h.runner_log(proc), 60,
                  "the runner to wait for the host lock")
-        assert not (h.tmp_path / "work-r1" / "warm").exists()  # not started beside the measurement
+        assert not _warm_dir(h).exists()  # not started beside the measurement
     finally:
         release.set()
         holder.join(60)
@@ -290,7 +301,7 @@ def test_a_runner_names_its_session_before_its_warm_interpreter_has_imported(mak
         wait_for(lambda: _claimed_once(h), 60, "the runner's first claim")
         assert not release.exists()  # named while the warm interpreter was still importing
         # The first claim has come back (it could still take the job below on a loaded machine).
-        wait_for((h.tmp_path / "work-r1" / "warm").exists, 60, "the runner's first claim to come back")
+        _wait_first_claim_back(h)
     finally:
         release.write_text("")
     job = h.wait_job(h.enqueue(h.shas[0]), ("succeeded", "failed"), proc=proc)

@@ -5,7 +5,7 @@ from datetime import timedelta
 import pytest
 from sqlalchemy import func, select, update
 
-from app.core.models import Job, JobState, Measurement, Run, Runner
+from app.core.models import Job, JobAttempt, JobState, Measurement, Run, Runner
 from tests.support.runner_harness import wait_for
 from tests.support.service_api import SHA_A, SHA_B, claim, document, queue_jobs, raw, register
 
@@ -178,7 +178,6 @@ def test_a_job_the_previous_process_was_running_is_retried_at_the_new_processs_f
     """A runner killed between the claim's answer and its own record of the job, then started
     again: the new process cannot fail the attempt back itself, and the job would wait out its
     lease. Its first claim (a new session) requeues the job, and takes it."""
-    from app.core.models import JobAttempt
     headers = register(client, app)
     queue_jobs(client, SHA_A, suite="decode-throughput", platform="cpu")
     taken = client.post("/api/v1/jobs/claim", json={"wait_s": 0, "session": "process-1"}, headers=headers)
