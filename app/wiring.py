@@ -18,6 +18,7 @@ from app.notify import outbox as notify_outbox
 from app.notify import sender as notify_sender
 from app.pulls import comparisons as pulls
 from app.pulls import outbox as pull_outbox
+from app.reproduce import service as reproduce
 from app.retention import prune
 from app.uploads import queued as queued_uploads
 
@@ -35,12 +36,13 @@ def connect() -> None:
     signals.job_claimed.connect(pulls.on_job_claimed)
     signals.run_stored.connect(pulls.on_run_stored)
     signals.job_failed.connect(pulls.on_job_failed)
+    signals.job_claimed.connect(reproduce.on_job_claimed)
 
 
 def duties() -> list[Duty]:
     """Every background duty: lease reaping, webhook processing, commit statuses, detection, bisect,
-    pull-request comparisons and their GitHub outbox, notifications, artifact and sample retention,
-    and uploads of commits the service had not seen."""
-    return [*queue.DUTIES, *ingest.DUTIES, *github_status.DUTIES, *detection.DUTIES, *bisect.DUTIES,
+    alert reproduction, pull-request comparisons and their GitHub outbox, notifications, artifact
+    and sample retention, and uploads of commits the service had not seen."""
+    return [*queue.DUTIES, *ingest.DUTIES, *github_status.DUTIES, *detection.DUTIES, *bisect.DUTIES, *reproduce.DUTIES,
             *pulls.DUTIES, *pull_outbox.DUTIES, *notify_sender.DUTIES, *artifacts.DUTIES, *prune.DUTIES,
             *queued_uploads.DUTIES]

@@ -144,6 +144,9 @@ class Settings:
     notifications: tuple[NotificationSpec, ...] = ()
     max_artifact_bytes: int = 16_000_000
     artifact_retention_days: float = 30.0
+    # A/B rounds at most when an alert's good and bad commits are measured again (app.reproduce);
+    # 0: alerts are not re-measured.
+    reproduce_max_rounds: int = 6
 
     def suite(self, name: str) -> SuiteSpec | None:
         return next((s for s in self.suites if s.name == name), None)
@@ -172,6 +175,18 @@ def _int_env(env: Mapping[str, str], name: str, default: int, *, positive: bool 
 def _float_env(env: Mapping[str, str], name: str, default: D, *, positive: bool = False,
                minimum: float | None = None) -> float | D:
     return _number_env(env, name, default, float, "a number", positive, minimum)
+
+
+REPRODUCE_START_ROUNDS = 3  # A/B rounds a reproduction queues at once (app.reproduce)
+
+
+def _reproduce_rounds(env: Mapping[str, str]) -> int:
+    name = "PARALLAX_REPRODUCE_MAX_ROUNDS"
+    value = _int_env(env, name, 6)
+    if value != 0 and value < REPRODUCE_START_ROUNDS:
+        raise ConfigError(f"{name} must be 0 (alerts are not measured again) or at least {REPRODUCE_START_ROUNDS} "
+                          f"(the A/B rounds queued at once), got {value}")
+    return value
 
 
 def _bool_env(env: Mapping[str, str], name: str, default: bool) -> bool:
@@ -429,6 +444,7 @@ def load_settings(env: Mapping[str, str] | None = None, **overrides: Any) -> Set
         "read_database_url": env.get("PARALLAX_READ_DATABASE_URL") or None,
         "max_artifact_bytes": _int_env(env, "PARALLAX_MAX_ARTIFACT_BYTES", 16_000_000, positive=True),
         "artifact_retention_days": _float_env(env, "PARALLAX_ARTIFACT_RETENTION_DAYS", 30.0, positive=True),
+        "reproduce_max_rounds": _reproduce_rounds(env),
     }
     if bool(values["github_app_id"]) != bool(values["github_app_private_key_file"]):
         missing = "PARALLAX_GITHUB_APP_PRIVATE_KEY_FILE" if values["github_app_id"] else "PARALLAX_GITHUB_APP_ID"

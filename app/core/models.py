@@ -67,6 +67,7 @@ class JobReason(str, enum.Enum):
     backfill = "backfill"
     confirm = "confirm"  # queued by detection to answer an inconclusive classification
     upload = "upload"  # results a CI job measured and sent (POST /api/v1/runs); never claimed
+    reproduce = "reproduce"  # an alert's good and bad commits measured again, A/B on one runner
 
 
 class AlertState(str, enum.Enum):
@@ -636,6 +637,37 @@ class PullComparisonJob(Base):
     suite_id: Mapped[int] = mapped_column(ForeignKey("suites.id"))
     platform: Mapped[str] = mapped_column(String(64))
     side: Mapped[str] = mapped_column(String(8))  # base/head
+    round: Mapped[int] = mapped_column(Integer)
+
+
+class Reproduction(Base):
+    """An alert's good and bad commits measured again on one platform and suite, as interleaved
+    A/B rounds pinned to one runner, before the alert stands (`app.reproduce`)."""
+
+    __tablename__ = "reproductions"
+    id: Mapped[int] = mapped_column(primary_key=True)
+    alert_id: Mapped[int] = mapped_column(ForeignKey("alerts.id", ondelete="CASCADE"), index=True)
+    suite_id: Mapped[int] = mapped_column(ForeignKey("suites.id"))
+    platform: Mapped[str] = mapped_column(String(64))
+    good_commit_id: Mapped[int] = mapped_column(ForeignKey("commits.id"))
+    bad_commit_id: Mapped[int] = mapped_column(ForeignKey("commits.id"))
+    # measuring / reproduced / not_reproduced / inconclusive / failed / skipped / cancelled
+    state: Mapped[str] = mapped_column(String(16), default="measuring", index=True)
+    rounds: Mapped[int] = mapped_column(Integer, default=0)  # A/B rounds queued
+    runner_id: Mapped[int | None] = mapped_column(ForeignKey("runners.id"))  # the runner the rounds are pinned to
+    verdicts: Mapped[list[Any]] = mapped_column(JSON, default=list)
+    reason: Mapped[str | None] = mapped_column(Text)  # the outcome in one line
+    created_at: Mapped[datetime] = mapped_column(default=utcnow)
+    updated_at: Mapped[datetime] = mapped_column(default=utcnow)
+
+
+class ReproductionJob(Base):
+    """A job of a reproduction: which side (good/bad) and which A/B round it measures."""
+
+    __tablename__ = "reproduction_jobs"
+    reproduction_id: Mapped[int] = mapped_column(ForeignKey("reproductions.id", ondelete="CASCADE"), primary_key=True)
+    job_id: Mapped[int] = mapped_column(ForeignKey("jobs.id", ondelete="CASCADE"), primary_key=True, index=True)
+    side: Mapped[str] = mapped_column(String(8))  # good/bad
     round: Mapped[int] = mapped_column(Integer)
 
 

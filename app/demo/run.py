@@ -37,7 +37,17 @@ from tqdm import tqdm
 from app.auth.tokens import create_registration_token
 from app.core.db import Database
 from app.core.migrate import upgrade
-from app.core.models import Bisect, BisectState, Commit, DetectionState, Job, JobState, PullRequest, Repository
+from app.core.models import (
+    Bisect,
+    BisectState,
+    Commit,
+    DetectionState,
+    Job,
+    JobState,
+    PullRequest,
+    Repository,
+    Reproduction,
+)
 from app.demo.service_process import ServiceProcess, free_port
 from app.demo.story import EngineRepository, PullStory, Story, default_story, pull_request_story
 from app.pulls import comparisons, report
@@ -253,7 +263,7 @@ class Demo:
     # ------------------------------------------------------------ progress
 
     def counts(self, db: Database) -> tuple[dict[str, tuple[int, int]], int, int]:
-        """Per platform (finished, all) jobs; bisects running; series waiting for detection."""
+        """Per platform (finished, all) jobs; bisects and reproductions running; series waiting for detection."""
         with db.session() as session:
             rows = session.execute(select(Job.platform, Job.state, func.count()).group_by(Job.platform, Job.state))
             per: dict[str, list[int]] = {p: [0, 0] for p in PLATFORMS}
@@ -264,6 +274,8 @@ class Demo:
                     slot[0] += count
             running = session.scalar(select(func.count()).select_from(Bisect)
                                      .where(Bisect.state == BisectState.running)) or 0
+            running += session.scalar(select(func.count()).select_from(Reproduction)
+                                      .where(Reproduction.state == "measuring")) or 0
             dirty = session.scalar(select(func.count()).select_from(DetectionState)
                                    .where(DetectionState.dirty.is_(True))) or 0
         return {p: (done, total) for p, (done, total) in per.items()}, running, dirty
@@ -480,7 +492,8 @@ def _update(demo: Demo, db: Database, bars: dict[str, tqdm]) -> tuple[int, int, 
         done, total = per.get(platform, (0, 0))
         bar.total = total
         bar.n = done
-        bar.set_postfix_str(f"bisects running {running}" if platform == PLATFORMS[-1] else "", refresh=False)
+        bar.set_postfix_str(f"bisects or reproductions running {running}" if platform == PLATFORMS[-1] else "",
+                            refresh=False)
         bar.refresh()
     pending = sum(total - done for done, total in per.values())
     return pending, running, dirty
@@ -507,7 +520,7 @@ def _wait_until_settled(demo: Demo, db: Database) -> None:
                 return
             if now > deadline:
                 raise DemoError(f"not settled after {demo.timeout_s:.0f} s ({pending} job(s) unfinished, "
-                                f"{running} bisect(s) running); see {demo.work}/*.log")
+                                f"{running} bisect(s) or reproduction(s) running); see {demo.work}/*.log")
             time.sleep(0.5)
     finally:
         _close(bars)
@@ -530,9 +543,10 @@ def _summarise(demo: Demo, base: str, repo: EngineRepository, elapsed_s: float) 
     click.echo(f"  quiet: {', '.join(p for p in PLATFORMS if p not in flagged) or 'no platform'}")
     for alert in withdrawn:
         change = _headline(alert)
-        click.echo(f"  (withdrawn by the detector: alert #{alert['id']}, {change['metric']} "
-                   f"{change['relative_change'] * 100:+.1f}% on {change['platform']}: later commits no longer "
-                   "support it)")
+        why = ("measured again, A/B on one runner, it did not reproduce" if alert["updated_by"] == "reproduce"
+               else "later commits no longer support it")
+        click.echo(f"  (withdrawn by {alert['updated_by'] or 'the detector'}: alert #{alert['id']}, {change['metric']} "
+                   f"{change['relative_change'] * 100:+.1f}% on {change['platform']}: {why})")
     click.secho("Correctness (race detector, simulated platforms)", bold=True)
     for alert in correctness:
         click.echo(_describe(alert, base, repo))
@@ -613,6 +627,9 @@ def _describe(alert: dict[str, Any], base: str, repo: EngineRepository) -> str:
         lines.append(f"    a push of {size} commits bisected (#{bisect['id']}, {bisect['state']}): "
                      f"{len(bisect.get('rounds', []))} round(s), {bisect.get('runner_jobs', 0)} runner job(s)"
                      + (f"; {_confirmation(confirmed)}" if confirmed.get("scope") else ""))
+    for reproduction in alert.get("reproductions", []):
+        if reproduction["reason"]:
+            lines.append(f"    measured again on {reproduction['platform']}: {reproduction['reason']}")
     culprit = _culprit_of(alert)
     if culprit:
         story = repo.commits.get(culprit)

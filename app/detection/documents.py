@@ -8,7 +8,7 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from app.core.clock import as_utc
-from app.core.models import Alert, AlertChange, Bisect, Commit, Repository
+from app.core.models import Alert, AlertChange, Bisect, Commit, Job, JobState, Repository, Reproduction, ReproductionJob, Suite
 
 
 def change_json(change: AlertChange) -> dict[str, Any]:
@@ -22,6 +22,8 @@ def change_json(change: AlertChange) -> dict[str, Any]:
             "confirm_jobs": change.details.get("confirm_jobs", []),
             "restored_by": change.details.get("restored_by"),
             "withdrawn": change.details.get("withdrawn"),
+            "reproduced": change.details.get("reproduced"),
+            "not_reproduced": change.details.get("not_reproduced"),
             "drift": change.details.get("drift") if isinstance(change.details.get("drift"), dict) else None,
             "noise_changed": change.details.get("noise_changed")}
 
@@ -40,10 +42,25 @@ def alert_json(session: Session, alert: Alert) -> dict[str, Any]:
             "updated_at": as_utc(alert.updated_at).isoformat(),
             "changes": [change_json(c) for c in sorted(alert.changes, key=lambda c: c.id)],
             "bisects": [bisect_link(session, b) for b in
-                        session.scalars(select(Bisect).where(Bisect.alert_id == alert.id).order_by(Bisect.id))]}
+                        session.scalars(select(Bisect).where(Bisect.alert_id == alert.id).order_by(Bisect.id))],
+            "reproductions": [reproduction_json(session, r) for r in
+                              session.scalars(select(Reproduction).where(Reproduction.alert_id == alert.id)
+                                              .order_by(Reproduction.id))]}
 
 
 def bisect_link(session: Session, bisect: Bisect) -> dict[str, Any]:
     culprit = session.get(Commit, bisect.culprit_commit_id) if bisect.culprit_commit_id is not None else None
     return {"id": bisect.id, "url": f"/api/v1/bisects/{bisect.id}", "state": bisect.state.value,
             "platform": bisect.platform, "metric": bisect.metric, "culprit": culprit.sha if culprit else None}
+
+
+def reproduction_json(session: Session, reproduction: Reproduction) -> dict[str, Any]:
+    """The alert's good and bad commits measured again (app.reproduce): outcome, verdicts, jobs."""
+    suite = session.get(Suite, reproduction.suite_id)
+    states = list(session.scalars(select(Job.state).join(ReproductionJob, ReproductionJob.job_id == Job.id)
+                                  .where(ReproductionJob.reproduction_id == reproduction.id)))
+    return {"id": reproduction.id, "suite": suite.name if suite else None, "platform": reproduction.platform,
+            "state": reproduction.state, "rounds": reproduction.rounds, "runner_id": reproduction.runner_id,
+            "reason": reproduction.reason, "verdicts": reproduction.verdicts,
+            "jobs": {"queued": states.count(JobState.queued), "running": states.count(JobState.running),
+                     "finished": sum(1 for s in states if s not in (JobState.queued, JobState.running))}}

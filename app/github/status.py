@@ -44,7 +44,7 @@ BACKOFF_MAX_S = 1800.0
 CLAIM_S = 120.0
 # Jobs Parallax queues for its own questions (bisect steps, history, cross-platform confirmation
 # at older commits) post no status: the commit's author did not ask for them.
-SILENT_REASONS = (JobReason.bisect, JobReason.backfill, JobReason.confirm)
+SILENT_REASONS = (JobReason.bisect, JobReason.backfill, JobReason.confirm, JobReason.reproduce)
 
 
 def enabled_for(settings: Settings, repository_name: str) -> bool:

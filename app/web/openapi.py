@@ -39,7 +39,8 @@ SUMMARIES: dict[str | tuple[str, str], str] = {
     "/api/v1/pulls/{owner}/{repo}/{number}": "A pull request's verdict: head against merge-base per platform, scopes",
     "/webhooks/github": "GitHub webhook receiver (push, pull_request, issue_comment, ping)",
     "/healthz": "Liveness and database check; catalogue: current, or stale when parallax.toml has unapplied edits",
-    "/api/v1/alerts": "List alerts with their changes, classification and bisects (filters: state, platform, repository)",
+    "/api/v1/alerts": "List alerts with their changes, classification, bisects and reproductions "
+                      "(filters: state, platform, repository)",
     ("/api/v1/alerts/{alert_id}", "patch"): "Triage an alert: set its state and note (user token)",
     ("/api/v1/alerts/{alert_id}", "get"): "One alert with its explanation (what changed, files, timelines)",
     "/api/v1/commits/{sha}": "A commit: its jobs and runs with every sample",

@@ -1,7 +1,7 @@
 """One alert's page (`/alerts/<id>`): its changes, what changed at the culprit (the
 `explanation` of GET /api/v1/alerts/<id>), and the stream timelines of the last good and the
 culprit commit one above the other, with their idle share per decode step and download links
-(Perfetto opens them)."""
+(Perfetto opens them), and whether its good and bad commits reproduced it when measured again."""
 from __future__ import annotations
 
 from typing import Any
@@ -9,7 +9,7 @@ from typing import Any
 from flask import abort, current_app, render_template
 from sqlalchemy import select
 
-from app.core.models import Alert, Bisect, Commit, JobArtifact, Repository
+from app.core.models import Alert, Bisect, Commit, JobArtifact, Repository, Reproduction
 from app.explain.service import explain_alert
 from app.explain.timeline import TraceError, read_trace
 from app.web import timeline_svg
@@ -47,6 +47,9 @@ def alert_page(alert_id: int) -> str:
     ids = {alert.bad_commit_id} | ({alert.good_commit_id} if alert.good_commit_id else set())
     commits = {c.id: c for c in session.scalars(select(Commit).where(Commit.id.in_(ids)))}
     bisects = list(session.scalars(select(Bisect).where(Bisect.alert_id == alert.id).order_by(Bisect.id)))
+    reproductions = list(session.scalars(select(Reproduction).where(Reproduction.alert_id == alert.id)
+                                         .order_by(Reproduction.id)))
     return render_template("alert.html", alert=alert, repository=session.get(Repository, alert.repository_id),
-                           commits=commits, bisects=bisects, explanation=explanation, drawings=drawings,
+                           commits=commits, bisects=bisects, reproductions=reproductions,
+                           explanation=explanation, drawings=drawings,
                            changes=sorted(alert.changes, key=lambda c: c.id))

@@ -9,7 +9,7 @@ from pathlib import Path
 
 PACKAGES = ("app", "runners", "scheduler_core")
 AREAS = ("app.jobs", "app.git", "app.detection", "app.github", "app.auth", "app.bisect", "app.retention", "app.uploads",
-         "app.explain", "app.notify", "app.pulls")
+         "app.explain", "app.notify", "app.pulls", "app.reproduce")
 ENTRY_POINTS = ("app.web", "app.cli", "app.demo", "app.wiring")
 
 
