@@ -31,6 +31,7 @@ def connect() -> None:
     signals.job_failed.connect(github_status.on_job_failed)
     signals.alert_opened.connect(notify_outbox.on_alert_opened)
     signals.alert_fixed.connect(notify_outbox.on_alert_fixed)
+    signals.alert_withdrawn.connect(notify_outbox.on_alert_withdrawn)
     signals.bisect_done.connect(notify_outbox.on_bisect_done)
     signals.pull_request_verdict.connect(notify_outbox.on_pull_request_verdict)
     signals.job_claimed.connect(pulls.on_job_claimed)

@@ -78,7 +78,7 @@ class RetentionRule:
     after_days: float
 
 
-NOTIFICATION_EVENTS = ("alert.opened", "alert.fixed", "bisect.done", "pull_request.verdict")
+NOTIFICATION_EVENTS = ("alert.opened", "alert.fixed", "alert.withdrawn", "bisect.done", "pull_request.verdict")
 NOTIFICATION_KINDS = ("webhook", "slack")
 NOTIFICATION_KEYS = frozenset({"name", "kind", "url", "events", "repository", "platforms", "secret"})
 

@@ -18,5 +18,7 @@ job_failed = _signals.signal("job-failed", doc="sender: Session; job=Job failed 
 pull_request_verdict = _signals.signal("pull-request-verdict", doc="sender: Session; pull=PullRequest whose verdict changed")
 alert_opened = _signals.signal("alert-opened", doc="sender: Session; alert=Alert a new regression opened")
 alert_fixed = _signals.signal("alert-fixed", doc="sender: Session; alert=Alert whose regressions were all restored")
+alert_withdrawn = _signals.signal("alert-withdrawn", doc="sender: Session; alert=Alert withdrawn (invalid) by the "
+                                                         "detector or because it did not reproduce")
 bisect_done = _signals.signal("bisect-done", doc="sender: Session; bisect=Bisect that finished with an answer")
 job_claimed = _signals.signal("job-claimed", doc="sender: Session; job=Job just claimed (runner_id set)")

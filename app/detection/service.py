@@ -560,6 +560,7 @@ def _absorb_into_drift(session: Session, series: Series, drift: AlertChange, rep
             alert.note = (f"withdrawn by the detector: part of drift alert {drift.alert_id} "
                           f"({series.key.metric} on {series.key.platform} moves over a span, not at one commit)")
             alert.updated_at = utcnow()
+            signals.alert_withdrawn.send(session, alert=alert)
         if recorded.is_regression:
             sha = next((p.sha for p in series.points if p.position == position), None)
             if sha is not None:
@@ -630,6 +631,7 @@ def _withdraw_vanished(session: Session, series: Series, changes: list[ChangePoi
                           f"{series.points[index].sha[:12]} on, {series.key.metric} on {series.key.platform} is "
                           f"back within noise of the level before (effect {effect})")
             alert.updated_at = utcnow()
+            signals.alert_withdrawn.send(session, alert=alert)
         if recorded.is_regression:
             github_status.set_status(session, repository_id=series.key.repository_id,
                                      sha=series.points[index].sha, platform=series.key.platform,

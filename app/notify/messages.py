@@ -98,6 +98,9 @@ def summary_line(body: dict[str, Any]) -> str:
     if "bisect" in body:
         return f"Parallax bisect #{body['bisect']['id']} finished: {body['bisect']['reason']}"
     alert = body["alert"]
+    if event == "alert.withdrawn":
+        return (f"Parallax withdrew alert #{alert['id']} in {alert['repository']}: {headline(alert)}: "
+                f"{alert.get('note') or 'no longer supported by the data'}")
     verb = {"alert.opened": "regression", "alert.fixed": "fixed"}.get(event, event)
     return f"Parallax {verb} in {alert['repository']}: {headline(alert)} (alert #{alert['id']})"
 

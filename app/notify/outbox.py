@@ -1,6 +1,6 @@
 """What goes into the notification outbox (`notification_deliveries`), and when.
 
-Receivers of `alert_opened`, `alert_fixed`, `bisect_done` and `pull_request_verdict` run inside
+Receivers of `alert_opened`, `alert_fixed`, `alert_withdrawn`, `bisect_done` and `pull_request_verdict` run inside
 the sender's transaction: they only insert rows, one per matching `[[notifications]]` target
 (its `events`, `repository` and `platforms`), keyed so an event is queued once per target and
 subject. A culprit that is known (an alert with one suspect, or a finished bisect) also queues
@@ -84,6 +84,10 @@ def on_alert_opened(session: Session, alert: Alert) -> None:
 
 def on_alert_fixed(session: Session, alert: Alert) -> None:
     queue_alert_event(session, alert, "alert.fixed")
+
+
+def on_alert_withdrawn(session: Session, alert: Alert) -> None:
+    queue_alert_event(session, alert, "alert.withdrawn")
 
 
 def on_bisect_done(session: Session, bisect: Bisect) -> None:

@@ -32,6 +32,7 @@ from sqlalchemy import select, update
 from sqlalchemy.orm import Session
 
 from app.bisect import service as bisect_service
+from app.core import signals
 from app.core.clock import utcnow
 from app.core.config import REPRODUCE_START_ROUNDS, Settings, current_settings
 from app.core.db import Database
@@ -283,6 +284,7 @@ def _withdraw(session: Session, alert: Alert, reproduction: Reproduction, change
         return
     alert.state, alert.updated_by, alert.updated_at = AlertState.invalid, "reproduce", utcnow()
     alert.note = f"not reproduced when measured again: {summary}"
+    signals.alert_withdrawn.send(session, alert=alert)
     for bisect_id in session.scalars(select(Bisect.id).where(
             Bisect.alert_id == alert.id, Bisect.state.in_([BisectState.pending, BisectState.running]))):
         bisect_service.cancel(session, bisect_id, "reproduce (the alert did not reproduce)")

@@ -3,13 +3,14 @@ stands: reproduced, it stays; not reproduced, it is withdrawn; inconclusive, it 
 Runs on SQLite and PostgreSQL; runners claim and complete over the real runner protocol."""
 from __future__ import annotations
 
+import json
 import re
 from dataclasses import replace
 
 import pytest
 from sqlalchemy import select
 
-from app.core.config import ConfigError, load_settings, use_settings
+from app.core.config import ConfigError, NotificationSpec, load_settings, use_settings
 from app.core.models import (
     Alert,
     AlertState,
@@ -25,8 +26,10 @@ from app.core.models import (
 from app.detection.documents import alert_json
 from app.detection.service import scan_dirty
 from app.jobs.queue import deliver_stored_runs
+from app.notify.sender import send_due
 from app.reproduce import service as reproduce
 from tests.detection.builder import Builder, step
+from tests.github.fake_github import FakeGitHub
 from tests.support.service_api import claim, document, raw, register
 
 LEVEL = 1000.0
@@ -279,3 +282,20 @@ def test_a_commit_that_no_longer_builds_fails_the_reproduction_and_the_alert_sta
         (row,) = session.scalars(select(Reproduction))
     assert row.state == "failed" and row.reason == "every job on the bad commit failed (3); the alert stands as detected"
     assert alert_state(db)[0] == AlertState.new
+
+
+def test_the_people_told_of_the_alert_are_told_it_was_withdrawn_and_why(build, db, settings, client, app):
+    with FakeGitHub() as endpoint:
+        told = replace(settings, notifications=(NotificationSpec(
+            name="team-slack", kind="slack", url=f"{endpoint.url}/slack", events=("alert.opened", "alert.withdrawn")),))
+        with use_settings(told):
+            good, bad = regression(build, db)
+            start(db, told)
+            headers = register(client, app, "rocm")
+            settle(client, headers, good, bad, {good: LEVEL, bad: LEVEL}, db, told)
+        send_due(db, told)
+        texts = [json.loads(r.raw)["text"] for r in endpoint.requests if r.path == "/slack"]
+    assert len(texts) == 2 and texts[0].startswith("Parallax regression in demo/engine")
+    assert re.fullmatch(r"Parallax withdrew alert #\d+ in demo/engine: decode-throughput output_throughput -\d+\.\d % "
+                        r"on rocm \(.*\): not reproduced when measured again: output_throughput .* over 3 A/B rounds "
+                        r"on runner runner-1", texts[1]), texts[1]
