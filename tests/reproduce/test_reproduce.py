@@ -299,3 +299,12 @@ def test_the_people_told_of_the_alert_are_told_it_was_withdrawn_and_why(build, d
     assert re.fullmatch(r"Parallax withdrew alert #\d+ in demo/engine: decode-throughput output_throughput -\d+\.\d % "
                         r"on rocm \(.*\): not reproduced when measured again: output_throughput .* over 3 A/B rounds "
                         r"on runner runner-1", texts[1]), texts[1]
+
+
+def test_the_alerts_list_tags_a_change_that_did_not_reproduce(build, db, settings, client, app):
+    good, bad = regression(build, db)
+    start(db, settings)
+    headers = register(client, app, "rocm")
+    settle(client, headers, good, bad, {good: LEVEL, bad: LEVEL}, db, settings)
+    page = client.get("/alerts?state=all").get_data(as_text=True)
+    assert '<span class="tag withdrawn">not reproduced</span>' in page
