@@ -178,16 +178,16 @@ def verdicts(session: Session, reproduction: Reproduction, changes: Sequence[Ale
     data = _levels(session, [job for _, job in rows], {c.metric for c in changes})
     floor = (suite.min_change or {}).get(reproduction.platform, 0.0)
     out = []
-    for change in sorted(changes, key=lambda c: c.metric):
+    for metric, direction in sorted({(c.metric, c.direction) for c in changes}):
         good: list[list[float]] = []
         bad: list[list[float]] = []
         for r in range(1, reproduction.rounds + 1):
             g, b = jobs.get(("good", r)), jobs.get(("bad", r))
-            if g is None or b is None or change.metric not in data.get(g.id, {}) or change.metric not in data.get(b.id, {}):
+            if g is None or b is None or metric not in data.get(g.id, {}) or metric not in data.get(b.id, {}):
                 continue  # a round counts only when both sides were measured
-            good.append(data[g.id][change.metric])
-            bad.append(data[b.id][change.metric])
-        out.append(compare_levels(reproduction.platform, suite.name, change.metric, change.direction, good, bad,
+            good.append(data[g.id][metric])
+            bad.append(data[b.id][metric])
+        out.append(compare_levels(reproduction.platform, suite.name, metric, direction, good, bad,
                                   look_alpha(max_rounds), floor=floor))
     return out
 
@@ -216,7 +216,8 @@ def _summary(found: Sequence[dict[str, Any]], runner: str) -> str:
 
 
 def evaluate(session: Session, reproduction: Reproduction, settings: Settings) -> str:
-    """One look at a measuring reproduction whose jobs have all finished: its outcome, or one more round."""
+    """One look at a measuring reproduction whose jobs have all finished: its outcome, or one more
+    round. Where a person marked the alert invalid or won't-fix, its outstanding jobs are cancelled."""
     alert = session.get(Alert, reproduction.alert_id)
     suite = session.get(Suite, reproduction.suite_id)
     assert alert is not None and suite is not None
@@ -295,7 +296,7 @@ def _withdraw(session: Session, alert: Alert, reproduction: Reproduction, change
 
 def run_duty(db: Database) -> dict[str, Any]:
     """The `reproduce` duty: reproductions for new alerts, then one look at every measuring one
-    whose jobs have all finished."""
+    whose jobs have all finished or whose alert a person closed."""
     settings = current_settings()
     with db.session() as session:
         started = start_for_alerts(session, settings)
@@ -306,8 +307,12 @@ def run_duty(db: Database) -> dict[str, Any]:
                                   .join(Job, Job.id == ReproductionJob.job_id)
                                   .where(ReproductionJob.reproduction_id.in_(ids),
                                          Job.state.in_([JobState.queued, JobState.running])))) if ids else set()
+        # A person closed the alert meanwhile: stop at once, not after its queued rounds.
+        stopped = set(session.scalars(select(Reproduction.id).join(Alert, Alert.id == Reproduction.alert_id)
+                                      .where(Reproduction.id.in_(ids),
+                                             Alert.state.in_([AlertState.invalid, AlertState.wont_fix])))) if ids else set()
     outcomes: dict[int, str] = {}
-    for reproduction_id in (i for i in ids if i not in out):
+    for reproduction_id in (i for i in ids if i not in out or i in stopped):
         with db.session() as session:
             reproduction = session.get(Reproduction, reproduction_id)
             if reproduction is None or reproduction.state != "measuring":

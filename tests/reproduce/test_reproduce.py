@@ -308,3 +308,18 @@ def test_the_alerts_list_tags_a_change_that_did_not_reproduce(build, db, setting
     settle(client, headers, good, bad, {good: LEVEL, bad: LEVEL}, db, settings)
     page = client.get("/alerts?state=all").get_data(as_text=True)
     assert '<span class="tag withdrawn">not reproduced</span>' in page
+
+
+def test_an_alert_a_person_closes_stops_its_measuring_at_once(build, db, settings, client, app):
+    regression(build, db)
+    start(db, settings)
+    with db.session() as session:
+        (alert,) = session.scalars(select(Alert))
+        alert.state, alert.updated_by = AlertState.wont_fix, "maintainer"
+        session.commit()
+    with use_settings(settings):
+        reproduce.run_duty(db)
+    with db.session() as session:
+        (row,) = session.scalars(select(Reproduction))
+        assert row.state == "cancelled" and row.reason == "the alert was marked wont_fix while it was measured again"
+    assert {state for _, _, state, _ in jobs(db)} == {JobState.cancelled}
