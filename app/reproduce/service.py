@@ -68,7 +68,6 @@ START_ROUNDS = REPRODUCE_START_ROUNDS
 REPRODUCE_PRIORITY = TIER_DEFAULT_BRANCH + TIER_SPAN + 200_000_000
 # An alert older than this is not measured again (an upgrade does not re-measure history).
 MAX_AGE = timedelta(days=1)
-DONE_STATES = ("reproduced", "not_reproduced", "inconclusive", "failed", "skipped", "cancelled")
 # Nobody has triaged the alert: detection's own states and changes only.
 _UNTRIAGED_BY = (None, "detector")
 
