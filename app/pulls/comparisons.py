@@ -268,7 +268,9 @@ def _samples(session: Session, jobs: Iterable[Job]) -> dict[int, tuple[dict[str,
     return out
 
 
-def group_verdicts(session: Session, group: Group) -> list[MetricVerdict]:
+def group_verdicts(session: Session, group: Group, max_rounds: int | None = None) -> list[MetricVerdict]:
+    """Base against head for every metric of the group's jobs, over the rounds both sides measured;
+    alpha is shared over the looks up to `max_rounds` (default: the suite's `pr_max_rounds`)."""
     data = _samples(session, group.jobs.values())
     rounds = sorted({r for _, r in group.jobs})
     sides: dict[str, list[tuple[dict[str, Measurement], dict[str, list[int]]]]] = {"base": [], "head": []}
@@ -286,7 +288,7 @@ def group_verdicts(session: Session, group: Group) -> list[MetricVerdict]:
         for name, m in measurements.items():
             metrics.setdefault(name, m.direction)
     out = []
-    alpha = look_alpha(group.suite.pr_max_rounds)
+    alpha = look_alpha(group.suite.pr_max_rounds if max_rounds is None else max_rounds)
     for name, direction in sorted(metrics.items()):
         if name == "accuracy" and item_names:
             continue  # the per-question vectors answer it, paired

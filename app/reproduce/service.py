@@ -47,18 +47,17 @@ from app.core.models import (
     Job,
     JobReason,
     JobState,
-    Measurement,
     Repository,
     Reproduction,
     ReproductionJob,
-    Run,
     Runner,
     Suite,
 )
 from app.github import status as github_status
 from app.jobs.matrix import TIER_DEFAULT_BRANCH, TIER_SPAN
 from app.jobs.queue import enqueue, request_cancel
-from app.pulls.verdicts import MetricVerdict, compare_levels, look_alpha
+from app.pulls.comparisons import Group, group_verdicts
+from app.pulls.verdicts import MetricVerdict
 
 log = logging.getLogger(__name__)
 
@@ -153,42 +152,12 @@ def on_job_claimed(session: Session, job: Job) -> None:
 
 # ---------------------------------------------------------------- evaluation
 
-def _levels(session: Session, jobs: Sequence[Job], metrics: set[str]) -> dict[int, dict[str, list[float]]]:
-    """Each succeeded job's samples per metric."""
-    ids = [j.id for j in jobs if j.state == JobState.succeeded]
-    out: dict[int, dict[str, list[float]]] = {}
-    if not ids:
-        return out
-    for job_id, metric, samples in session.execute(
-            select(Run.job_id, Measurement.metric, Measurement.samples).join(Measurement, Measurement.run_id == Run.id)
-            .where(Run.job_id.in_(ids), Measurement.metric.in_(sorted(metrics)))):
-        out.setdefault(job_id, {})[metric] = [float(x) for x in samples]
-    return out
-
-
-def verdicts(session: Session, reproduction: Reproduction, changes: Sequence[AlertChange],
-             max_rounds: int) -> list[MetricVerdict]:
-    """Good against bad for each regression's metric, over the rounds where both sides were measured."""
+def _group(session: Session, reproduction: Reproduction, suite: Suite) -> Group:
+    """The reproduction's jobs as a pull-request comparison's pair: good as the base, bad as the head."""
     rows = session.execute(select(ReproductionJob, Job).join(Job, Job.id == ReproductionJob.job_id)
-                           .where(ReproductionJob.reproduction_id == reproduction.id)).all()
-    jobs = {(link.side, link.round): job for link, job in rows}
-    suite = session.get(Suite, reproduction.suite_id)
-    assert suite is not None
-    data = _levels(session, [job for _, job in rows], {c.metric for c in changes})
-    floor = (suite.min_change or {}).get(reproduction.platform, 0.0)
-    out = []
-    for metric, direction in sorted({(c.metric, c.direction) for c in changes}):
-        good: list[list[float]] = []
-        bad: list[list[float]] = []
-        for r in range(1, reproduction.rounds + 1):
-            g, b = jobs.get(("good", r)), jobs.get(("bad", r))
-            if g is None or b is None or metric not in data.get(g.id, {}) or metric not in data.get(b.id, {}):
-                continue  # a round counts only when both sides were measured
-            good.append(data[g.id][metric])
-            bad.append(data[b.id][metric])
-        out.append(compare_levels(reproduction.platform, suite.name, metric, direction, good, bad,
-                                  look_alpha(max_rounds), floor=floor))
-    return out
+                           .where(ReproductionJob.reproduction_id == reproduction.id))
+    return Group(reproduction.platform, suite,
+                 {("base" if link.side == "good" else "head", link.round): job for link, job in rows})
 
 
 def _verdict_json(v: MetricVerdict) -> dict[str, Any]:
@@ -220,10 +189,9 @@ def evaluate(session: Session, reproduction: Reproduction, settings: Settings) -
     alert = session.get(Alert, reproduction.alert_id)
     suite = session.get(Suite, reproduction.suite_id)
     assert alert is not None and suite is not None
-    links = session.scalars(select(ReproductionJob.job_id).where(ReproductionJob.reproduction_id == reproduction.id))
-    jobs = list(session.scalars(select(Job).where(Job.id.in_(list(links)))))
+    group = _group(session, reproduction, suite)
     if alert.state in (AlertState.invalid, AlertState.wont_fix):
-        for job in jobs:
+        for job in group.jobs.values():
             if job.state in (JobState.queued, JobState.running):
                 request_cancel(session, job)
         return _finish(reproduction, "cancelled", f"the alert was marked {alert.state.value} while it was measured again")
@@ -231,7 +199,8 @@ def evaluate(session: Session, reproduction: Reproduction, settings: Settings) -
     if not changes:
         return _finish(reproduction, "cancelled", "no standing regression is left on this suite and platform")
     max_rounds = max(settings.reproduce_max_rounds, START_ROUNDS)
-    found = verdicts(session, reproduction, changes, max_rounds)
+    metrics = {c.metric for c in changes}
+    found = [v for v in group_verdicts(session, group, max_rounds) if v.metric in metrics]
     reproduction.verdicts = [_verdict_json(v) for v in found]
     reproduction.updated_at = utcnow()
     named = session.get(Runner, reproduction.runner_id) if reproduction.runner_id is not None else None
@@ -242,16 +211,14 @@ def evaluate(session: Session, reproduction: Reproduction, settings: Settings) -
             change.details = {**change.details, "reproduced": next(
                 (v for v in reproduction.verdicts if v["metric"] == change.metric), None)}
         return _finish(reproduction, "reproduced", "reproduced: " + _summary(worse, runner))
-    if found and all(v.verdict in ("unchanged", "better") for v in found):
+    if {v.metric for v in found} == metrics and all(v.verdict in ("unchanged", "better") for v in found):
         _withdraw(session, alert, reproduction, changes, _summary(reproduction.verdicts, runner))
         return "not_reproduced"
     measured = min((v.rounds for v in found), default=0)
-    sides = session.execute(select(ReproductionJob.side, Job.state).join(Job, Job.id == ReproductionJob.job_id)
-                            .where(ReproductionJob.reproduction_id == reproduction.id)).all()
-    for side in ("good", "bad"):
-        states = [state for s, state in sides if s == side]
+    for side, name in (("base", "good"), ("head", "bad")):
+        states = [job.state for (s, _), job in group.jobs.items() if s == side]
         if len(states) >= START_ROUNDS and all(state in (JobState.failed, JobState.cancelled) for state in states):
-            return _finish(reproduction, "failed", f"every job on the {side} commit failed ({len(states)}); "
+            return _finish(reproduction, "failed", f"every job on the {name} commit failed ({len(states)}); "
                                                    "the alert stands as detected")
     if reproduction.rounds < max_rounds:
         repository = session.get(Repository, alert.repository_id)
@@ -259,7 +226,7 @@ def evaluate(session: Session, reproduction: Reproduction, settings: Settings) -
         _queue_round(session, reproduction, repository, suite)
         return "measuring"
     if measured < 2:
-        failed = sum(1 for job in jobs if job.state == JobState.failed)
+        failed = sum(1 for job in group.jobs.values() if job.state == JobState.failed)
         return _finish(reproduction, "failed", f"only {measured} of {reproduction.rounds} A/B rounds measured both "
                                                f"commits ({failed} jobs failed); the alert stands as detected")
     return _finish(reproduction, "inconclusive", f"inconclusive after {reproduction.rounds} A/B rounds: "
