@@ -6,7 +6,10 @@ quantized blocks are dequantized and the projections fused. The result is kept a
 per GGUF file, ``config.json``, ``tokenizer.json`` and ``weights.safetensors``, which loads in about
 a second. An entry is named by the GGUF file's path, size and modification time and by the source
 of the modules that build a model from it, so a replaced file or a changed loader is parsed again;
-writing an entry removes the entries of older files or loaders of the same file name.
+writing an entry removes the entries of older files or loaders of the same file name. Processes
+that find the same entry missing at once (a test run's workers, a machine's runners starting
+together) parse the file once: one holds the cache's lock while it parses and writes, the others
+wait for it and read the entry it wrote.
 
 ``PARALLAX_MODEL_CACHE`` names the directory (default ``$XDG_CACHE_HOME/parallax/models``, else
 ``~/.cache/parallax/models``); ``off`` turns the cache off. A cache that cannot be written or read
@@ -14,7 +17,9 @@ is logged and passed by: the model is parsed from the GGUF as without it.
 """
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import fcntl
 import hashlib
 import json
 import logging
@@ -22,6 +27,7 @@ import os
 import shutil
 import tempfile
 from pathlib import Path
+from typing import Iterator
 
 import torch
 from safetensors.torch import load_file, save_file
@@ -61,6 +67,30 @@ def entry_name(gguf: Path, loader_source: bytes) -> str:
     for module in _BUILDERS:
         digest.update(Path(module.__file__ or "").read_bytes())
     return f"{gguf.stem}-{digest.hexdigest()[:16]}"
+
+
+@contextlib.contextmanager
+def filling() -> Iterator[None]:
+    """Held while a process parses a file the cache lacks and writes its entry. An exclusive
+    `flock` on the cache directory itself (no lock file to leave behind), released by the kernel if
+    the process dies; without a cache, or one that cannot be created, nothing is locked."""
+    root = cache_root()
+    handle: int | None = None
+    if root is not None:
+        try:
+            root.mkdir(parents=True, exist_ok=True)
+            handle = os.open(root, os.O_RDONLY | os.O_DIRECTORY)
+            fcntl.flock(handle, fcntl.LOCK_EX)
+        except OSError as exc:
+            log.debug("model cache %s not locked (%s)", root, exc)
+            if handle is not None:
+                os.close(handle)
+            handle = None
+    try:
+        yield
+    finally:
+        if handle is not None:
+            os.close(handle)
 
 
 def read(gguf: Path, loader_source: bytes) -> tuple[ModelConfig, TextTokenizer, dict[str, torch.Tensor]] | None:

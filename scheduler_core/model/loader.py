@@ -116,14 +116,18 @@ def load_gguf(path: Path) -> LoadedModel:
     """A GGUF model, from the model cache (`scheduler_core.model.cache`) when it holds this file."""
     loader_source = Path(__file__).read_bytes()
     cached = model_cache.read(path, loader_source)
-    if cached is not None:
-        config, tokenizer, state = cached
-        model = LlamaModel(config)
-        model.load_state_dict(state, strict=True)
-        return LoadedModel(model=model, config=config, tokenizer=tokenizer, source=str(path))
-    loaded = parse_gguf(path)
-    model_cache.write(path, loader_source, loaded.config, loaded.tokenizer, loaded.model.state_dict())
-    return loaded
+    if cached is None:
+        with model_cache.filling():
+            # Another process may have written the entry while this one waited for the lock.
+            cached = model_cache.read(path, loader_source)
+            if cached is None:
+                loaded = parse_gguf(path)
+                model_cache.write(path, loader_source, loaded.config, loaded.tokenizer, loaded.model.state_dict())
+                return loaded
+    config, tokenizer, state = cached
+    model = LlamaModel(config)
+    model.load_state_dict(state, strict=True)
+    return LoadedModel(model=model, config=config, tokenizer=tokenizer, source=str(path))
 
 
 def parse_gguf(path: Path) -> LoadedModel:

@@ -1,10 +1,12 @@
 """The on-disk cache of parsed GGUF models: a second load is the first one's model without parsing
-the file, a replaced file is parsed again, a damaged entry is replaced, and a cache that is off or
-cannot be written changes nothing but the time."""
+the file, two loads at once parse it once, a replaced file is parsed again, a damaged entry is
+replaced, and a cache that is off or cannot be written changes nothing but the time."""
 from __future__ import annotations
 
 import logging
 import os
+import threading
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import gguf
@@ -12,6 +14,7 @@ import pytest
 import torch
 
 from scheduler_core.model import cache as model_cache
+from scheduler_core.model import loader
 from scheduler_core.model.loader import LoadedModel, load_model
 
 from .tiny_gguf import write_tiny_gguf
@@ -115,3 +118,30 @@ def test_a_failed_parse_leaves_nothing_in_the_cache(cache: Path, tmp_path: Path)
     with pytest.raises(ValueError, match="corrupt"):
         load_model(str(bad))
     assert not cache.exists() or list(cache.iterdir()) == []
+
+
+def test_two_loads_of_a_file_missing_from_the_cache_at_once_parse_it_once(
+        cache: Path, tiny_gguf: Path, parses: list[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    # The first parse goes on only once the second load has looked in the cache and found nothing,
+    # so without the lock both would parse.
+    looked, real_read = [], model_cache.read
+    second_looked = threading.Event()
+
+    def counting_read(*args: object) -> object:
+        looked.append(args)
+        if len(looked) >= 2:
+            second_looked.set()
+        return real_read(*args)
+
+    real_parse = loader.parse_gguf
+
+    def waiting_parse(path: Path) -> LoadedModel:
+        assert second_looked.wait(60), "the second load never looked in the cache"
+        return real_parse(path)
+
+    monkeypatch.setattr(model_cache, "read", counting_read)
+    monkeypatch.setattr(loader, "parse_gguf", waiting_parse)
+    with ThreadPoolExecutor(2) as pool:
+        first, second = pool.map(lambda _: load_model(str(tiny_gguf)), range(2))
+    assert parses == [str(tiny_gguf)]
+    _same(first, second)
