@@ -5,13 +5,11 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
-from filelock import FileLock
 from sqlalchemy import select
 
 from app.demo.service_process import ServiceProcess
@@ -25,22 +23,8 @@ pytestmark = pytest.mark.slow
 
 @pytest.fixture(scope="module")
 def runner_venv(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A new virtual environment with `pip install <this checkout>[runner]` and nothing else.
-    Building it is about 15 CPU-s and worksteal may run this module's tests on two workers: under
-    xdist the first builds it in the run's shared temporary directory and the other waits for it
-    (alone, the base temp's parent is the user's, kept across runs, so each run builds its own)."""
-    if os.environ.get("PYTEST_XDIST_WORKER") is None:
-        return build_runner_venv(tmp_path_factory.mktemp("runner-venv") / "venv")
-    shared = tmp_path_factory.getbasetemp().parent / "runner-venv"
-    with FileLock(str(shared) + ".lock"):
-        if not (shared / "complete").exists():
-            shutil.rmtree(shared, ignore_errors=True)  # a build that failed half-way
-            build_runner_venv(shared / "venv")
-            (shared / "complete").touch()
-    return shared / "venv"
-
-
-def build_runner_venv(venv: Path) -> Path:
+    """A new virtual environment with `pip install <this checkout>[runner]` and nothing else."""
+    venv = tmp_path_factory.mktemp("runner-venv") / "venv"
     base = getattr(sys, "_base_executable", sys.executable)
     subprocess.run([base, "-m", "venv", str(venv)], check=True, timeout=300)
     subprocess.run([str(venv / "bin/pip"), "install", "--quiet", "--disable-pip-version-check", f"{ROOT}[runner]"],
