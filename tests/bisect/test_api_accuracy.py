@@ -62,6 +62,11 @@ def culprit_of(seed: int) -> int:
     return 1 + (seed * 37) % SIZE
 
 
+def history_of(seed: int) -> NoisyHistory:
+    """The trial's seeded noise model: the runner threads and the pure search draw from it alike."""
+    return NoisyHistory(SIZE, steps={culprit_of(seed): -EFFECT}, noise=NOISE, seed=seed)
+
+
 def suite_of(platform: str) -> str:
     return f"trial-{platform}"
 
@@ -110,7 +115,7 @@ class Trial:
         return PLATFORMS[self.seed]
 
     def run(self, timeout_s: float = 240) -> "Trial":
-        history = NoisyHistory(SIZE, steps={culprit_of(self.seed): -EFFECT}, noise=NOISE, seed=self.seed)
+        history = history_of(self.seed)
         clients = []
         for n in range(RUNNERS):
             _, token = Client(self.url).register(self.registration, f"{self.platform}-{n}",
@@ -221,7 +226,7 @@ def run_trials(app: Flask, shas: list[str]) -> list[Trial]:
 
 def pure_search(seed: int) -> tuple[Trace, dict[int, int]]:
     """`search.run` on the trial's seed: its trace and how many jobs it measured at each commit."""
-    history = NoisyHistory(SIZE, steps={culprit_of(seed): -EFFECT}, noise=NOISE, seed=seed)
+    history = history_of(seed)
     trace = search(SIZE, history.measure, relative_effect=EFFECT, slots=RUNNERS)
     return trace, {index: calls + 1 for index, calls in history.calls.items()}
 
@@ -249,27 +254,24 @@ def test_25_bisects_at_once_through_the_api_end_exactly_as_the_pure_search_with_
     spent = sum(t.result["runner_jobs"] for t in trials) / len(trials)
     print(f"\nthrough the API: {len(right)}/{TRIALS} right, {rounds:.2f} rounds and {spent:.2f} runner jobs "
           f"per bisect (good and bad included), {wall:.0f} s")
-    for trial in trials:
-        trace, measured = pure_search(trial.seed)
-        expected = trace.decision.changes[0].culprit if trace.decision.outcome == "culprit" else None
-        culprit = (trial.result.get("culprit") or {}).get("sha")
-        assert culprit == (shas[expected] if expected is not None else None), (trial.platform, trial.result["reason"])
-        ours = [j for j in jobs if j.bisect_id == trial.result["id"]]
-        per_commit = Counter(shas.index(sha_of[job.commit_id]) for job in ours)
-        assert per_commit == measured, trial.platform
-        sizes = [len(r["commits"]) for r in trial.result["rounds"]]
-        assert sizes == [2, *trace.round_sizes], (trial.platform, sizes, trace.round_sizes)
-    assert len(right) >= 0.95 * TRIALS
-
-    # With 25 bisects at once: every job ran at bisect priority on its own platform's runners.
+    index = {sha: i for i, sha in enumerate(shas)}
     routine = [j for j in jobs if j.bisect_id is None]
     assert len(routine) == TRIALS * ROUTINE and all(j.reason != JobReason.bisect for j in routine)
     assert max(j.priority for j in routine) < service.BISECT_PRIORITY
     for trial in trials:
         ours = [j for j in jobs if j.bisect_id == trial.result["id"]]
+        sizes = [len(r["commits"]) for r in trial.result["rounds"]]
+        # Exactly the pure search on the trial's seed: its culprit, its jobs per commit, its rounds.
+        trace, measured = pure_search(trial.seed)
+        expected = trace.decision.changes[0].culprit if trace.decision.outcome == "culprit" else None
+        culprit = (trial.result.get("culprit") or {}).get("sha")
+        assert culprit == (shas[expected] if expected is not None else None), (trial.platform, trial.result["reason"])
+        assert Counter(index[sha_of[job.commit_id]] for job in ours) == measured, trial.platform
+        assert sizes == [2, *trace.round_sizes], (trial.platform, sizes, trace.round_sizes)
+        # With 25 bisects at once: every job ran at bisect priority on its own platform's runners.
         assert len(ours) == trial.result["runner_jobs"]
         assert all(j.priority == service.BISECT_PRIORITY and j.reason == JobReason.bisect for j in ours)
         # Every round ran on the trial's own runners and used all three when it had a range to split.
         assert {runner_platform[j.runner_id] for j in ours} == {trial.platform}
-        sizes = [len(r["commits"]) for r in trial.result["rounds"]]
         assert max(sizes) == RUNNERS and all(size <= RUNNERS for size in sizes), (trial.platform, sizes)
+    assert len(right) >= 0.95 * TRIALS
