@@ -18,6 +18,15 @@ from tests.support.settings import ADMIN_TOKEN, CATALOGUE_TOML, REPO_ROOT
 
 MAX_EXAMPLES = int(os.environ.get("PARALLAX_FUZZ_EXAMPLES", "25"))
 CHECKS = "not_a_server_error,response_schema_conformance,content_type_conformance,status_code_conformance"
+# schemathesis' CLI, with anyio imported in the main thread first. anyio >= 4.15 parses its own
+# source into an AST when first imported, and schemathesis first imports it from a worker thread
+# while the other worker may be building an AST too; CPython 3.11's AST builder keeps its recursion
+# depth in per-interpreter state, so two threads at once can fail with "SystemError: AST constructor
+# recursion depth mismatch" (CPython gh-106905; CI failed so on 7 December 2026).
+SCHEMATHESIS = ("import sys, anyio; from schemathesis.cli import schemathesis; "
+                "sys.argv[0] = 'schemathesis'; sys.exit(schemathesis())")
+
+
 def parallax(*args: str) -> list[str]:
     return [sys.executable, "-c", "import sys; from app.cli import main; sys.argv[0] = 'parallax'; main()", *args]
 
@@ -46,7 +55,7 @@ def test_schemathesis_finds_no_server_error_and_no_schema_mismatch(postgres_url,
             time.sleep(0.3)
         report = tmp_path / "report.json"
         result = subprocess.run(
-            [str(Path(sys.executable).with_name("schemathesis")), "run", f"{base}/api/v1/openapi.json",
+            [sys.executable, "-c", SCHEMATHESIS, "run", f"{base}/api/v1/openapi.json",
              "--checks", CHECKS, "--max-examples", str(MAX_EXAMPLES), "--seed", "17", "--workers", "2",
              "--header", f"Authorization: Bearer {ADMIN_TOKEN}",
              "--request-timeout", "30", "--report", "ndjson", "--report-ndjson-path", str(report)],
