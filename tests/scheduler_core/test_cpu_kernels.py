@@ -90,11 +90,16 @@ def test_an_unknown_kernel_choice_is_refused_by_name(monkeypatch: pytest.MonkeyP
     (amx_linear, "fpu sse2 avx2 avx512f", "this CPU has no AMX bf16 tiles"),
     (block_linear, "fpu sse2 avx2 fma", "this CPU has no AVX-512"),
 ], ids=["amx", "avx512-blocks"])
+@pytest.mark.usefixtures("one_torch_thread")  # where `linear` asks the kernels (as under xdist)
 def test_a_kernel_the_cpu_cannot_run_says_why_and_projections_stay_on_onednn(
         kernel: ModuleType, flags: str, reason: str, monkeypatch: pytest.MonkeyPatch,
         caplog: pytest.LogCaptureFixture) -> None:
     monkeypatch.setattr(native_build, "cpu_flags_line", lambda: f"flags\t\t: {flags}")
-    kernel.library.cache_clear()
+    # Both kernels' loads are cached per process and `linear` below asks each: whichever it loads
+    # under these flags must not stay cached for later tests (a test worker kept AMX off so).
+    kernels = (amx_linear, block_linear)
+    for each in kernels:
+        each.library.cache_clear()
     try:
         with caplog.at_level(logging.INFO, logger=kernel.__name__):
             assert kernel.library() is None
@@ -103,4 +108,5 @@ def test_a_kernel_the_cpu_cannot_run_says_why_and_projections_stay_on_onednn(
         weight, x = block_weight(1536, 576), torch.randn(8, 576)
         torch.testing.assert_close(linear(x, weight), F.linear(x, weight), rtol=1e-4, atol=1e-3)
     finally:
-        kernel.library.cache_clear()
+        for each in kernels:
+            each.library.cache_clear()
