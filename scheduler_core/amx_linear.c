@@ -78,10 +78,39 @@ static inline void split(float v, uint16_t *p1, uint16_t *p2, uint16_t *p3) {
     *p3 = r2 == r2 ? bf16_nearest(r2) : 0;
 }
 
+/* bf16_nearest on 16 lanes (each value's bits in a 32-bit lane, the result in the low 16 bits). */
+static inline __m512i bf16_nearest16(__m512i u) {
+    const __m512i top = _mm512_srli_epi32(u, 16);
+    const __m512i lsb = _mm512_and_si512(top, _mm512_set1_epi32(1));
+    const __m512i rounded = _mm512_srli_epi32(_mm512_add_epi32(_mm512_add_epi32(u, _mm512_set1_epi32(0x7fff)), lsb), 16);
+    const __m512i exponent = _mm512_set1_epi32(0x7f800000), rounded_exponent = _mm512_set1_epi32(0x7f80);
+    const __mmask16 keep_top =
+        _mm512_cmpeq_epi32_mask(_mm512_and_si512(u, exponent), exponent) |
+        _mm512_cmpeq_epi32_mask(_mm512_and_si512(rounded, rounded_exponent), rounded_exponent);
+    return _mm512_mask_blend_epi32(keep_top, rounded, top);
+}
+
+/* split on 16 values at once: the same integer and fp32 steps, lane by lane, so the same bits. One
+ * value at a time (branches) and the block sums one chain at a time took 44 us of a 13-row call
+ * on a 64 x 576 weight, 13 us after (docs/engine.md, 7 December). */
+static inline void split16(const float *v, uint16_t *p1, uint16_t *p2, uint16_t *p3) {
+    const __m512 x = _mm512_loadu_ps(v);
+    const __m512i h1 = bf16_nearest16(_mm512_castps_si512(x));
+    const __m512 r1 = _mm512_sub_ps(x, _mm512_castsi512_ps(_mm512_slli_epi32(h1, 16)));
+    const __m512i h2 = _mm512_maskz_mov_epi32(_mm512_cmp_ps_mask(r1, r1, _CMP_EQ_OQ), bf16_nearest16(_mm512_castps_si512(r1)));
+    const __m512 r2 = _mm512_sub_ps(r1, _mm512_castsi512_ps(_mm512_slli_epi32(h2, 16)));
+    const __m512i h3 = _mm512_maskz_mov_epi32(_mm512_cmp_ps_mask(r2, r2, _CMP_EQ_OQ), bf16_nearest16(_mm512_castps_si512(r2)));
+    _mm256_storeu_si256((__m256i *)p1, _mm512_cvtepi32_epi16(h1));
+    _mm256_storeu_si256((__m256i *)p2, _mm512_cvtepi32_epi16(h2));
+    _mm256_storeu_si256((__m256i *)p3, _mm512_cvtepi32_epi16(h3));
+}
+
 /* x [m, k] into its three pieces x1, x2, x3 (each m_padded rows of k bf16), the rows after m zero. */
 static void split_rows(const float *x, int64_t m, int64_t k, int64_t m_padded, uint16_t *x1, uint16_t *x2,
                        uint16_t *x3) {
-    for (int64_t i = 0; i < m * k; i++) split(x[i], &x1[i], &x2[i], &x3[i]);
+    int64_t i = 0;
+    for (; i + 16 <= m * k; i += 16) split16(x + i, x1 + i, x2 + i, x3 + i);
+    for (; i < m * k; i++) split(x[i], &x1[i], &x2[i], &x3[i]);
     const int64_t padding = (m_padded - m) * k * (int64_t)sizeof(uint16_t);
     memset(x1 + m * k, 0, padding);
     memset(x2 + m * k, 0, padding);
@@ -163,6 +192,11 @@ static inline void store_block(int C, float *out, int64_t n, int rows, float *pa
     }
     if (C == 0) _tile_stored(0, partial, TILE_COLS * 4); else _tile_stored(1, partial, TILE_COLS * 4);
     for (int r = 0; r < rows; r++) memcpy(out + r * n, partial + r * TILE_COLS, TILE_COLS * 4);
+}
+
+/* x's three pieces as the products below take them, `count` values as one row (for tests). */
+void parallax_amx_split(const float *x, int64_t count, uint16_t *x1, uint16_t *x2, uint16_t *x3) {
+    split_rows(x, 1, count, 1, x1, x2, x3);
 }
 
 /* out [m, n] = x [m, k] . w^T, w packed by parallax_amx_pack_weight with `pieces` pieces; scratch
@@ -309,6 +343,34 @@ static inline void scale_block(const float *partial, const float *scales, const 
     }
 }
 
+/* sums[kb * m_padded + r]: block kb of row r, each block's 32 values added in order from 0, the
+ * rows after m zero. Sixteen blocks of a row at a time, one lane each (a gather per value), so
+ * each lane adds in the same order as one sum at a time would, without waiting on the one before
+ * (one sum at a time is a chain of 32 dependent adds). */
+static void block_sums(const float *x, int64_t m, int64_t k, int64_t m_padded, float *sums) {
+    const int64_t k_blocks = k / TILE_K;
+    const __m512i lanes = _mm512_mullo_epi32(
+        _mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0), _mm512_set1_epi32(TILE_K));
+    const __m512i sum_lanes = _mm512_mullo_epi32(
+        _mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0), _mm512_set1_epi32((int)m_padded));
+    for (int64_t r = 0; r < m; r++)
+        for (int64_t kb = 0; kb < k_blocks; kb += 16) {
+            const __mmask16 live = k_blocks - kb >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << (k_blocks - kb)) - 1);
+            const float *base = x + r * k + kb * TILE_K;
+            __m512 total = _mm512_setzero_ps();
+            for (int kk = 0; kk < TILE_K; kk++)
+                total = _mm512_add_ps(total, _mm512_mask_i32gather_ps(_mm512_setzero_ps(), live, lanes, base + kk, 4));
+            _mm512_mask_i32scatter_ps(sums + kb * m_padded + r, live, sum_lanes, total, 4);
+        }
+    for (int64_t r = m; r < m_padded; r++)
+        for (int64_t kb = 0; kb < k_blocks; kb++) sums[kb * m_padded + r] = 0.0f;
+}
+
+/* block_sums, for tests. */
+void parallax_amx_block_sums(const float *x, int64_t m, int64_t k, int64_t m_padded, float *sums) {
+    block_sums(x, m, k, m_padded, sums);
+}
+
 /* out [m, n] = x [m, k] . w^T for a weight packed by parallax_amx_pack_blocks (bits = 8), or that
  * and narrowed by parallax_amx_narrow (bits = 4); scratch holds
  * 3 * ceil(m / 16) * 16 * k bf16, sums ceil(m / 16) * 16 * k / 32 fp32 (x's pieces and its block
@@ -326,14 +388,7 @@ void parallax_amx_linear_blocks(const float *x, int64_t m, int64_t k, const uint
     uint16_t *x1 = scratch, *x2 = scratch + m_padded * k, *x3 = scratch + 2 * m_padded * k;
     float partial[2][TILE_ROWS * TILE_COLS] __attribute__((aligned(64)));
     split_rows(x, m, k, m_padded, x1, x2, x3);
-    /* sums[kb * m_padded + r]: block kb of row r, each row's 32 values added in order. */
-    for (int64_t r = 0; r < m_padded; r++)
-        for (int64_t kb = 0; kb < k_blocks; kb++) {
-            float total = 0.0f;
-            if (r < m)
-                for (int kk = 0; kk < TILE_K; kk++) total += x[r * k + kb * TILE_K + kk];
-            sums[kb * m_padded + r] = total;
-        }
+    block_sums(x, m, k, m_padded, sums);
     configure();
     const uint8_t *chunk_q = q;
     const float *chunk_scales = scales;

@@ -81,6 +81,10 @@ def _declare(library: ctypes.CDLL) -> None:
     library.parallax_amx_linear_blocks.argtypes = [pointer, size, size, pointer, ctypes.c_int, pointer, size, pointer,
                                                    pointer, pointer, pointer]
     library.parallax_amx_linear_blocks.restype = None
+    library.parallax_amx_split.argtypes = [pointer, size, pointer, pointer, pointer]
+    library.parallax_amx_split.restype = None
+    library.parallax_amx_block_sums.argtypes = [pointer, size, size, size, pointer]
+    library.parallax_amx_block_sums.restype = None
 
 
 @functools.cache

@@ -149,3 +149,62 @@ def test_a_value_near_the_largest_fp32_is_split_without_overflowing() -> None:
     exact = x.double() @ weight.double().T
     assert result.isfinite().all()
     torch.testing.assert_close(result.double(), exact, rtol=1e-5, atol=1e-5)
+
+
+def _bits(values: torch.Tensor) -> torch.Tensor:
+    return values.view(torch.int32).long() & 0xFFFFFFFF
+
+
+def _from_bits(halves: torch.Tensor) -> torch.Tensor:
+    full = halves << 16
+    return torch.where(full >= 2**31, full - 2**32, full).int().view(torch.float32)
+
+
+def _nearest_bf16(bits: torch.Tensor) -> torch.Tensor:
+    """The kernel's rule: round to nearest, ties to even; infinities, NaNs and finite values that
+    would round up to an infinity keep their top half."""
+    top = bits >> 16
+    rounded = ((bits + 0x7FFF + (top & 1)) & 0xFFFFFFFF) >> 16
+    keep = ((bits & 0x7F800000) == 0x7F800000) | ((rounded & 0x7F80) == 0x7F80)
+    return torch.where(keep, top, rounded)
+
+
+def _reference_pieces(x: torch.Tensor) -> list[torch.Tensor]:
+    h1 = _nearest_bf16(_bits(x))
+    r1 = x - _from_bits(h1)
+    h2 = torch.where(r1 == r1, _nearest_bf16(_bits(r1)), 0)
+    r2 = r1 - _from_bits(h2)
+    h3 = torch.where(r2 == r2, _nearest_bf16(_bits(r2)), 0)
+    return [h1, h2, h3]
+
+
+@needs_amx
+def test_x_is_split_into_its_nearest_bf16_pieces_bit_for_bit() -> None:
+    # 16 values at a time, then one at a time for the last 7: both paths against the rule.
+    g = torch.Generator().manual_seed(5)
+    wide = torch.randn(4000, generator=g) * torch.exp2(torch.randint(-140, 128, (4000,), generator=g).float())
+    # Exactly halfway between two bf16 values: ties go to the even one.
+    halfway = (_from_bits(torch.randint(0, 2**16, (512,), generator=g)).view(torch.int32) | 0x8000).view(torch.float32)
+    specials = torch.tensor([float("inf"), -float("inf"), float("nan"), -0.0, 0.0, 3.4e38, -3.4e38, 3.3895e38,
+                             1e-40, -1e-42, 1.1754942e-38, 65504.0, 1.0 + 2**-23, -(1.0 + 2**-9)])
+    x = torch.cat([wide, halfway, specials, torch.randn(16 * 4 + 7 - 14, generator=g)]).contiguous()
+    pieces = [torch.zeros(len(x), dtype=torch.int16) for _ in range(3)]
+    amx_linear.library().parallax_amx_split(x.data_ptr(), len(x), *(p.data_ptr() for p in pieces))
+    for got, expected in zip(pieces, _reference_pieces(x)):
+        assert torch.equal(got.long() & 0xFFFF, expected)
+
+
+@needs_amx
+def test_each_block_of_32_is_summed_in_order_and_padding_rows_are_zero() -> None:
+    # Values of very different sizes, so that adding them in any other order gives other bits.
+    g = torch.Generator().manual_seed(6)
+    m, k, m_padded = 13, 576, 16  # 18 blocks a row: 16 at a time, then 2
+    x = torch.randn(m, k, generator=g) * torch.exp2(torch.randint(-24, 24, (m, k), generator=g).float())
+    sums = torch.full((k // 32 * m_padded,), float("nan"))
+    amx_linear.library().parallax_amx_block_sums(x.data_ptr(), m, k, m_padded, sums.data_ptr())
+    expected = torch.zeros(k // 32, m_padded)
+    blocks = x.view(m, k // 32, 32)
+    for kk in range(32):
+        expected[:, :m] = expected[:, :m] + blocks[:, :, kk].T
+    assert torch.equal(sums.view(k // 32, m_padded), expected)
+    assert not torch.equal(blocks.sum(dim=2).T, expected[:, :m])  # torch's own (pairwise) sum differs
