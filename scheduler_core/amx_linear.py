@@ -29,6 +29,7 @@ import ctypes
 import functools
 import logging
 import platform
+import threading
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -151,6 +152,34 @@ def _aligned(count: int) -> torch.Tensor:
     return raw[skip:skip + count]
 
 
+# Working buffers kept per thread between calls, up to this many bytes: a decode batch's x pieces,
+# block sums and widened tiles (90-180 KB) allocated anew for every call took a 13-row call on a
+# 960 x 576 weight from 99 to 115 us (one thread; docs/engine.md). Larger calls (long prefills)
+# allocate their own and keep nothing. Per thread: the C call releases the GIL.
+WORKSPACE_MAX_BYTES = 8 << 20
+_workspace = threading.local()
+
+
+@dataclass
+class _Buffers:
+    scratch: torch.Tensor  # int16: x's three bf16 pieces
+    sums: torch.Tensor  # fp32: x's block sums
+    widened: torch.Tensor  # int16, 64-byte aligned: one k block of a chunk, widened
+
+
+def _buffers(scratch: int, sums: int) -> _Buffers:
+    """Buffers of at least ``scratch`` int16 and ``sums`` fp32 (and the widened tiles), which the
+    kernel writes before it reads: this thread's kept ones where they are large enough."""
+    kept: _Buffers | None = getattr(_workspace, "buffers", None)
+    if kept is not None and kept.scratch.numel() >= scratch and kept.sums.numel() >= sums:
+        return kept
+    fresh = _Buffers(torch.empty(scratch, dtype=torch.int16), torch.empty(sums, dtype=torch.float32),
+                     _aligned(CHUNK_BLOCKS * TILE_K * TILE_COLS))
+    if 2 * scratch + 4 * sums <= WORKSPACE_MAX_BYTES:
+        _workspace.buffers = fresh
+    return fresh
+
+
 def linear(x: torch.Tensor, packed: PackedWeight) -> torch.Tensor:
     """``x @ weight.T`` for fp32 x [..., in_features] on the CPU, the weight packed by `pack`."""
     lib = library()
@@ -159,14 +188,13 @@ def linear(x: torch.Tensor, packed: PackedWeight) -> torch.Tensor:
     m = rows.shape[0]
     if m:
         padded = -(-m // TILE_ROWS) * TILE_ROWS
-        scratch = torch.empty(3 * padded * packed.in_features, dtype=torch.int16)
+        buffers = _buffers(3 * padded * packed.in_features, padded * (packed.in_features // TILE_K))
         if packed.scales is None:
             lib.parallax_amx_linear(rows.data_ptr(), m, packed.in_features, packed.data.data_ptr(),
-                                    packed.out_features, packed.pieces, out.data_ptr(), scratch.data_ptr())
+                                    packed.out_features, packed.pieces, out.data_ptr(), buffers.scratch.data_ptr())
         else:
-            sums = torch.empty(padded * (packed.in_features // TILE_K), dtype=torch.float32)
-            widened = _aligned(CHUNK_BLOCKS * TILE_K * TILE_COLS)  # held here: the kernel writes to it
             lib.parallax_amx_linear_blocks(rows.data_ptr(), m, packed.in_features, packed.data.data_ptr(),
                                            packed.bits, packed.scales.data_ptr(), packed.out_features, out.data_ptr(),
-                                           scratch.data_ptr(), sums.data_ptr(), widened.data_ptr())
+                                           buffers.scratch.data_ptr(), buffers.sums.data_ptr(),
+                                           buffers.widened.data_ptr())
     return out.view(*x.shape[:-1], packed.out_features)

@@ -4,6 +4,7 @@ weights it refuses; and the engine's choice of it (one thread, "native", a weigh
 from __future__ import annotations
 
 import os
+import threading
 
 import pytest
 import torch
@@ -208,3 +209,26 @@ def test_each_block_of_32_is_summed_in_order_and_padding_rows_are_zero() -> None
         expected[:, :m] = expected[:, :m] + blocks[:, :, kk].T
     assert torch.equal(sums.view(k // 32, m_padded), expected)
     assert not torch.equal(blocks.sum(dim=2).T, expected[:, :m])  # torch's own (pairwise) sum differs
+
+
+@needs_amx
+def test_threads_multiplying_at_once_keep_their_own_working_buffers() -> None:
+    # Each thread keeps its x pieces and block sums between calls (amx_linear._buffers); the C call
+    # releases the GIL, so buffers shared between threads would mix their rows.
+    weight = block_weight(960, 576)
+    packed = amx_linear.pack(weight)
+    inputs = [torch.randn(13, 576, generator=torch.Generator().manual_seed(seed)) for seed in range(2)]
+    expected = [amx_linear.linear(x, packed) for x in inputs]
+    wrong: list[int] = []
+
+    def multiply(index: int) -> None:
+        for _ in range(300):
+            if not torch.equal(amx_linear.linear(inputs[index], packed), expected[index]):
+                wrong.append(index)
+
+    threads = [threading.Thread(target=multiply, args=(index,)) for index in range(2)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert wrong == []
