@@ -349,10 +349,9 @@ static inline void scale_block(const float *partial, const float *scales, const 
  * (one sum at a time is a chain of 32 dependent adds). */
 static void block_sums(const float *x, int64_t m, int64_t k, int64_t m_padded, float *sums) {
     const int64_t k_blocks = k / TILE_K;
-    const __m512i lanes = _mm512_mullo_epi32(
-        _mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0), _mm512_set1_epi32(TILE_K));
-    const __m512i sum_lanes = _mm512_mullo_epi32(
-        _mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0), _mm512_set1_epi32((int)m_padded));
+    const __m512i lane = _mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0);
+    const __m512i lanes = _mm512_mullo_epi32(lane, _mm512_set1_epi32(TILE_K));  /* a block apart in x */
+    const __m512i sum_lanes = _mm512_mullo_epi32(lane, _mm512_set1_epi32((int)m_padded));  /* and in sums */
     for (int64_t r = 0; r < m; r++)
         for (int64_t kb = 0; kb < k_blocks; kb += 16) {
             const __mmask16 live = k_blocks - kb >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << (k_blocks - kb)) - 1);
