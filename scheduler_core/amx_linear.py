@@ -153,9 +153,9 @@ def _aligned(count: int) -> torch.Tensor:
 
 
 # Working buffers kept per thread between calls, up to this many bytes: a decode batch's x pieces,
-# block sums and widened tiles (90-180 KB) allocated anew for every call took a 13-row call on a
-# 960 x 576 weight from 99 to 115 us (one thread; docs/engine.md). Larger calls (long prefills)
-# allocate their own and keep nothing. Per thread: the C call releases the GIL.
+# block sums and widened tiles (90-180 KB) allocated anew for every call were about 4-6 us of a
+# 13-row call's 11-13 us outside C (bench/amx_call_overhead.py, docs/engine.md). Larger calls (long
+# prefills) allocate their own and keep nothing. Per thread: the C call releases the GIL.
 WORKSPACE_MAX_BYTES = 8 << 20
 _workspace = threading.local()
 
