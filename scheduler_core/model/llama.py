@@ -185,6 +185,21 @@ class RMSNorm(nn.Module):
         return self.weight * (x32 if x.dtype == torch.float32 else x32.to(x.dtype))
 
 
+@dataclass(frozen=True)
+class RotaryAngles:
+    """The rotary tables' rows for one forward's positions, [T, 1, head_dim], gathered once and read by
+    every layer for q and k (SGLang's rope kernel reads its cos/sin cache the same way)."""
+
+    cos: torch.Tensor
+    sin: torch.Tensor  # rotate-half's minus sign folded into its first half
+
+    def apply(self, x: torch.Tensor) -> torch.Tensor:
+        """x: [T, heads, head_dim]. ``x * cos + rotate_half(x) * sin`` with the same roundings:
+        rolling x by half a head gives rotate-half's halves without its negation, and
+        ``x2 * -s`` is ``-x2 * s`` bit for bit."""
+        return x * self.cos + x.roll(x.shape[-1] // 2, -1) * self.sin
+
+
 class Rotary(nn.Module):
     """Rotary embeddings in the Hugging Face (rotate-half) layout, cos/sin cached per position."""
 
@@ -193,18 +208,16 @@ class Rotary(nn.Module):
         inv_freq = 1.0 / (base ** (torch.arange(0, head_dim, 2, dtype=torch.int64).float() / head_dim))
         freqs = torch.outer(torch.arange(max_positions, dtype=torch.float32), inv_freq)
         emb = torch.cat((freqs, freqs), dim=-1)
+        sin = emb.sin()
+        sin[:, : head_dim // 2] = -sin[:, : head_dim // 2]
         self.register_buffer("cos", emb.cos(), persistent=False)
-        self.register_buffer("sin", emb.sin(), persistent=False)
+        self.register_buffer("sin", sin, persistent=False)
 
-    def forward(self, x: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
-        # x: [T, heads, head_dim]
-        cos = self.cos[positions][:, None, :]
-        sin = self.sin[positions][:, None, :]
-        if x.dtype != cos.dtype:
-            cos, sin = cos.to(x.dtype), sin.to(x.dtype)
-        half = x.shape[-1] // 2
-        rotated = torch.cat((-x[..., half:], x[..., :half]), dim=-1)
-        return x * cos + rotated * sin
+    def angles(self, positions: torch.Tensor, dtype: torch.dtype) -> RotaryAngles:
+        cos, sin = self.cos[positions].unsqueeze(1), self.sin[positions].unsqueeze(1)
+        if dtype != cos.dtype:
+            cos, sin = cos.to(dtype), sin.to(dtype)
+        return RotaryAngles(cos, sin)
 
 
 class Attention(nn.Module):
@@ -221,11 +234,11 @@ class Attention(nn.Module):
         self.o_proj = Projection(q_size, config.hidden_size)
         self.native_decode = native_decode_attention()
 
-    def forward(self, x: torch.Tensor, batch: ForwardBatch, kv: KVCache, rotary: Rotary) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, batch: ForwardBatch, kv: KVCache, angles: RotaryAngles) -> torch.Tensor:
         tokens = x.shape[0]
         q, k, v = self.qkv_proj(x).split(self.split, dim=-1)
-        q = rotary(q.view(tokens, self.num_heads, self.head_dim), batch.positions)
-        k = rotary(k.view(tokens, self.num_kv_heads, self.head_dim), batch.positions)
+        q = angles.apply(q.view(tokens, self.num_heads, self.head_dim))
+        k = angles.apply(k.view(tokens, self.num_kv_heads, self.head_dim))
         v = v.view(tokens, self.num_kv_heads, self.head_dim)
         k_cache, v_cache = kv.k[self.layer], kv.v[self.layer]
         k_cache.index_copy_(0, batch.out_cache_loc, k)
@@ -313,8 +326,8 @@ class DecoderLayer(nn.Module):
         self.post_attention_layernorm = RMSNorm(config.hidden_size, config.rms_norm_eps)
         self.mlp = MLP(config)
 
-    def forward(self, x: torch.Tensor, batch: ForwardBatch, kv: KVCache, rotary: Rotary) -> torch.Tensor:
-        x = x + self.self_attn(self.input_layernorm(x), batch, kv, rotary)
+    def forward(self, x: torch.Tensor, batch: ForwardBatch, kv: KVCache, angles: RotaryAngles) -> torch.Tensor:
+        x = x + self.self_attn(self.input_layernorm(x), batch, kv, angles)
         return x + self.mlp(self.post_attention_layernorm(x))
 
 
@@ -335,8 +348,9 @@ class LlamaModel(nn.Module):
         layers, then the final norm and head (the self-speculative draft)."""
         batch.materialize()
         x = self.embed_tokens(batch.input_ids)
+        angles = self.rotary.angles(batch.positions, x.dtype)
         for layer in self.layers if num_layers is None else self.layers[:num_layers]:
-            x = layer(x, batch, kv, self.rotary)
+            x = layer(x, batch, kv, angles)
         x = self.norm(x[batch.logits_index])
         if self.lm_head is not None:
             logits = self.lm_head(x)

@@ -50,7 +50,7 @@ def test_rotary_gathers_are_device_work_in_the_normal_loop_too(tiny) -> None:
     run = run_reference(tiny, "cuda-h100", DEFAULT_POLICIES["cuda"], overlap=False, workload=SMALL)
     gathers = Counter(s.name for s in run.device.timeline.spans if s.track == "default")["index.Tensor"]
     forwards = SMALL.output_len  # one prefill and output_len - 1 decode steps
-    assert gathers >= 4 * tiny.config.num_layers * forwards    # cos and sin, for q and for k, in every layer
+    assert gathers >= 2 * forwards  # cos and sin, once per forward for every layer's q and k
 
 
 @pytest.mark.usefixtures("one_torch_thread")  # where the plain run's decode attention is the C kernel
