@@ -78,7 +78,8 @@ def enqueue(session: Session, repository: Repository, commit: Commit, suite: Sui
 def announce(session: Session, platform: str) -> None:
     """Tell waiting claimers that a job for `platform` is claimable once this transaction
     commits: PostgreSQL `NOTIFY` (every process of every instance), SQLite a wake-up of this
-    process's waiters after the commit (other processes find it on their fallback poll)."""
+    process's waiters after the commit and the signal file the other processes read
+    (`wakeups.SignalWatcher`)."""
     if is_sqlite(session):
         platforms: set[str] = session.info.setdefault("parallax.announce", set())
         if not platforms:
@@ -90,8 +91,11 @@ def announce(session: Session, platform: str) -> None:
 
 def _wake_local_waiters(session: Session) -> None:
     found = wakeups.for_engine(session.get_bind())
-    for platform in session.info.pop("parallax.announce", set()):
+    platforms = session.info.pop("parallax.announce", set())
+    for platform in platforms:
         found.board.wake(platform, found.fanout)
+    if found.watcher is not None:  # the other processes on this database file
+        wakeups.signal_other_processes(found.watcher.path, platforms)
 
 
 def enqueue_matrix(session: Session, repository: Repository, sha: str, *, suite_name: str | None = None,

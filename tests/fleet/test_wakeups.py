@@ -1,15 +1,21 @@
 """A waiting claim is woken when a job for its platform is queued: PostgreSQL NOTIFY, or on
-SQLite the committing process's own waiters. The fallback poll is set far beyond the test's
-patience, so only the wake-up can make these pass."""
+SQLite the committing process's own waiters and, through the signal file beside the database,
+the other processes'. The fallback poll is set far beyond the test's patience, so only the
+wake-up can make these pass."""
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 import threading
 import time
 
+import pytest
 from sqlalchemy import select
 
 from app.core.models import Job, JobState, Repository, Runner
 from app.jobs import queue, wakeups
+from tests.support.settings import REPO_ROOT
 
 PATIENCE_S = 3.0
 
@@ -63,3 +69,31 @@ def test_a_job_for_another_platform_does_not_end_the_wait(db) -> None:  # type: 
     queue_one(db, platform="rocm")
     thread.join(PATIENCE_S)
     assert got and got[0] is not None and got[0].platform == "rocm"
+
+
+QUEUE_FROM_ANOTHER_PROCESS = """
+import sys
+from sqlalchemy import select
+from app.core.db import Database
+from app.core.models import Repository
+from app.jobs import queue
+with Database(sys.argv[1]).session() as session:
+    queue.enqueue_matrix(session, session.scalar(select(Repository)), "d" * 40, suite_name="decode-throughput",
+                         platform="cpu")
+"""
+
+
+@pytest.mark.parametrize("database_url", ["sqlite"], indirect=True)  # PostgreSQL: NOTIFY, the tests above
+def test_on_sqlite_a_job_queued_by_another_process_wakes_a_waiting_claim(db) -> None:  # type: ignore[no-untyped-def]
+    """Two gunicorn workers on one SQLite file: the webhook's worker queues, the other's claims wait."""
+    thread, got = start_waiting_claim(db, add_runner(db))
+    subprocess.run([sys.executable, "-c", QUEUE_FROM_ANOTHER_PROCESS, db.url], check=True, cwd=REPO_ROOT,
+                   env={**os.environ, "PYTHONPATH": str(REPO_ROOT)}, timeout=120)
+    thread.join(PATIENCE_S)
+    assert not thread.is_alive(), f"the waiting claim was not woken within {PATIENCE_S} s of the other process's commit"
+    assert got[0] is not None and got[0].state == JobState.running
+
+
+def test_an_unwritable_signal_file_costs_only_the_wake_up(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    wakeups.signal_other_processes(str(tmp_path / "missing-directory" / "parallax.db-wakeup"), {"cpu"})
+    assert not (tmp_path / "missing-directory").exists()
