@@ -95,30 +95,33 @@ class Board:
             return sum(len(tickets) for tickets in self._waiting.values())
 
 
-class Listener:
-    """`LISTEN parallax_jobs` on a dedicated PostgreSQL connection, in a daemon thread that runs
-    while claims wait (it closes its connection after `idle_s` without waiters, so processes
-    and test runs that stop claiming do not keep a connection each)."""
+class _WhileClaimsWait:
+    """A daemon thread (`_loop`) that runs while this process has waiting claims and ends `idle_s`
+    after the last one left."""
 
-    def __init__(self, engine: Engine, board: Board, fanout: int, idle_s: float = 15.0,
-                 reconnect_s: float = 2.0) -> None:
-        self.engine = engine
+    thread_name = "parallax-wakeups"
+
+    def __init__(self, board: Board, fanout: int, idle_s: float) -> None:
         self.board = board
         self.fanout = fanout
         self.idle_s = idle_s
-        self.reconnect_s = reconnect_s
         self.lock = threading.Lock()
         self.thread: threading.Thread | None = None
         self.last_busy = time.monotonic()
-        self.connected = threading.Event()
-        self.failures = 0
 
     def ensure_running(self) -> None:
         with self.lock:
             self.last_busy = time.monotonic()
             if self.thread is None or not self.thread.is_alive():
-                self.thread = threading.Thread(target=self._loop, name="parallax-listen", daemon=True)
+                self._starting()
+                self.thread = threading.Thread(target=self._loop, name=self.thread_name, daemon=True)
                 self.thread.start()
+
+    def _starting(self) -> None:
+        """Called under the lock before a new thread starts."""
+
+    def _loop(self) -> None:
+        raise NotImplementedError
 
     def _idle(self) -> bool:
         """Stop (under the lock, so `ensure_running` starts a new thread) when idle long enough."""
@@ -129,6 +132,22 @@ class Listener:
                 self.thread = None
                 return True
             return False
+
+
+class Listener(_WhileClaimsWait):
+    """`LISTEN parallax_jobs` on a dedicated PostgreSQL connection, in a daemon thread that runs
+    while claims wait (it closes its connection after `idle_s` without waiters, so processes
+    and test runs that stop claiming do not keep a connection each)."""
+
+    thread_name = "parallax-listen"
+
+    def __init__(self, engine: Engine, board: Board, fanout: int, idle_s: float = 15.0,
+                 reconnect_s: float = 2.0) -> None:
+        super().__init__(board, fanout, idle_s)
+        self.engine = engine
+        self.reconnect_s = reconnect_s
+        self.connected = threading.Event()
+        self.failures = 0
 
     def _loop(self) -> None:
         while True:
@@ -192,19 +211,16 @@ def signal_other_processes(path: str, platforms: set[str]) -> None:
             os.unlink(temporary)
 
 
-class SignalWatcher:
+class SignalWatcher(_WhileClaimsWait):
     """Reads a SQLite database's signal file in a daemon thread while this process has waiting
     claims, and wakes the waiters of the platforms a new token names (a token this process wrote
     itself wakes its waiters a second time: a look that finds the job taken costs one query)."""
 
+    thread_name = "parallax-wakeup-file"
+
     def __init__(self, path: str, board: Board, fanout: int, idle_s: float = 15.0) -> None:
+        super().__init__(board, fanout, idle_s)
         self.path = path
-        self.board = board
-        self.fanout = fanout
-        self.idle_s = idle_s
-        self.lock = threading.Lock()
-        self.thread: threading.Thread | None = None
-        self.last_busy = time.monotonic()
         self.seen = self._read()
 
     def _read(self) -> str:
@@ -214,13 +230,8 @@ class SignalWatcher:
         except OSError:
             return ""
 
-    def ensure_running(self) -> None:
-        with self.lock:
-            self.last_busy = time.monotonic()
-            if self.thread is None or not self.thread.is_alive():
-                self.seen = self._read()  # what was signalled before the waiters came, their first look finds
-                self.thread = threading.Thread(target=self._loop, name="parallax-wakeup-file", daemon=True)
-                self.thread.start()
+    def _starting(self) -> None:
+        self.seen = self._read()  # what was signalled before the waiters came, their first look finds
 
     def _loop(self) -> None:
         while True:
@@ -230,12 +241,8 @@ class SignalWatcher:
                 self.seen = content
                 for platform in content.split()[1:]:
                     self.board.wake(platform, self.fanout)
-            with self.lock:
-                if self.board.count():
-                    self.last_busy = time.monotonic()
-                elif time.monotonic() - self.last_busy >= self.idle_s:
-                    self.thread = None
-                    return
+            if self._idle():
+                return
 
 
 @dataclass
