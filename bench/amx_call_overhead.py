@@ -33,17 +33,14 @@ def shapes(weights: dict[str, list[torch.Tensor]]) -> dict[str, torch.Tensor]:
             "qkv 960x576": qkv}
 
 
-def c_call(lib: object, x: torch.Tensor, packed: amx_linear.PackedWeight) -> tuple[Callable[[], object], list[torch.Tensor]]:
-    """The C function on buffers made here once: the call, and the buffers it writes (keep them)."""
-    padded = -(-x.shape[0] // amx_linear.TILE_ROWS) * amx_linear.TILE_ROWS
-    k = packed.in_features
+def c_call(lib: object, x: torch.Tensor, packed: amx_linear.PackedWeight) -> tuple[Callable[[], object], list[object]]:
+    """The C function on buffers got here once: the call, and what it writes (keep them)."""
     out = torch.empty((x.shape[0], packed.out_features))
-    scratch = torch.empty(3 * padded * k, dtype=torch.int16)
-    sums = torch.empty(padded * (k // amx_linear.TILE_K))
-    widened = amx_linear._aligned(amx_linear.CHUNK_BLOCKS * amx_linear.TILE_K * amx_linear.TILE_COLS)
-    args = (x.data_ptr(), x.shape[0], k, packed.data.data_ptr(), packed.bits, packed.scales.data_ptr(),
-            packed.out_features, out.data_ptr(), scratch.data_ptr(), sums.data_ptr(), widened.data_ptr())
-    return lambda: lib.parallax_amx_linear_blocks(*args), [out, scratch, sums, widened]
+    buffers = amx_linear.working_buffers(x.shape[0], packed.in_features)
+    args = (x.data_ptr(), x.shape[0], packed.in_features, packed.data.data_ptr(), packed.bits,
+            packed.scales.data_ptr(), packed.out_features, out.data_ptr(), buffers.scratch.data_ptr(),
+            buffers.sums.data_ptr(), buffers.widened.data_ptr())
+    return lambda: lib.parallax_amx_linear_blocks(*args), [out, buffers]
 
 
 def main() -> None:

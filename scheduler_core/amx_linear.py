@@ -167,9 +167,11 @@ class _Buffers:
     widened: torch.Tensor  # int16, 64-byte aligned: one k block of a chunk, widened
 
 
-def _buffers(scratch: int, sums: int) -> _Buffers:
-    """Buffers of at least ``scratch`` int16 and ``sums`` fp32 (and the widened tiles), which the
-    kernel writes before it reads: this thread's kept ones where they are large enough."""
+def working_buffers(rows: int, in_features: int) -> _Buffers:
+    """The kernel's working buffers for ``rows`` rows of x (which it writes before it reads): this
+    thread's kept ones where they are large enough."""
+    padded = -(-rows // TILE_ROWS) * TILE_ROWS
+    scratch, sums = 3 * padded * in_features, padded * (in_features // TILE_K)
     kept: _Buffers | None = getattr(_workspace, "buffers", None)
     if kept is not None and kept.scratch.numel() >= scratch and kept.sums.numel() >= sums:
         return kept
@@ -187,8 +189,7 @@ def linear(x: torch.Tensor, packed: PackedWeight) -> torch.Tensor:
     rows, out = fp32_rows(x, packed.in_features, packed.out_features, "amx_linear")
     m = rows.shape[0]
     if m:
-        padded = -(-m // TILE_ROWS) * TILE_ROWS
-        buffers = _buffers(3 * padded * packed.in_features, padded * (packed.in_features // TILE_K))
+        buffers = working_buffers(m, packed.in_features)
         if packed.scales is None:
             lib.parallax_amx_linear(rows.data_ptr(), m, packed.in_features, packed.data.data_ptr(),
                                     packed.out_features, packed.pieces, out.data_ptr(), buffers.scratch.data_ptr())

@@ -216,7 +216,7 @@ def test_each_block_of_32_is_summed_in_order_and_padding_rows_are_zero() -> None
 
 @needs_amx
 def test_threads_multiplying_at_once_keep_their_own_working_buffers() -> None:
-    # Each thread keeps its x pieces and block sums between calls (amx_linear._buffers); the C call
+    # Each thread keeps its x pieces and block sums between calls (amx_linear.working_buffers); the C call
     # releases the GIL, so buffers shared between threads would mix their rows.
     weight = block_weight(960, 576)
     packed = amx_linear.pack(weight)
