@@ -221,7 +221,7 @@ class SignalWatcher(_WhileClaimsWait):
     def __init__(self, path: str, board: Board, fanout: int, idle_s: float = 15.0) -> None:
         super().__init__(board, fanout, idle_s)
         self.path = path
-        self.seen = self._read()
+        self.seen = ""  # read in `_starting`, before each thread's first look
 
     def _read(self) -> str:
         try:
