@@ -39,19 +39,28 @@ install: $(KERNELS)
 demo: $(KERNELS)
 	$(VENV)/bin/parallax demo
 
-# Two pytest-xdist workers per core, at most 8 (TEST_WORKERS=0: one process), then the tests
+# Three pytest-xdist workers per core, at most 8 (TEST_WORKERS=0: one process), then the tests
 # marked `solo` alone: they time real work on the wall clock, and a worker beside them would be
 # timed too. Many tests wait (on subprocesses, long-polls, a restarted server), so more workers
 # than cores keep the cores busy: on the 2-core CI machine the parallel part took 1010 s and
-# 631 s with 4 workers against 1068 s and 782 s with 2 (docs/testing.md). The cap keeps the scratch
-# databases and their pools within a shared PostgreSQL's connection limit on a many-core machine.
+# 631 s with 4 workers against 1068 s and 782 s with 2, and on 7 December 444 s with 4 (the host's
+# CPUs 92 % busy), 412 s with 6 (99.5 %) and 477 s with 8 (more CPU in all: 838 CPU-seconds of
+# the tests' processes against 724-730); docs/testing.md. The cap keeps the scratch databases and
+# their pools within a shared PostgreSQL's connection limit on a many-core machine.
 # Both parts always run; the target fails if either does (a part that selects no test, exit
 # status 5, is not a failure: PYTEST_ARGS may name files without solo tests).
 # The files with solo tests: the second part collects only these (the whole tree takes about 5 s
 # more to collect); with PYTEST_ARGS given, it collects what those name instead.
 SOLO_FILES := $(shell grep -rl --include='test_*.py' 'mark.solo' tests 2>/dev/null)
-TEST_WORKERS ?= $(shell n=$$(nproc 2>/dev/null || echo 1); w=$$((2 * n)); echo $$((w > 8 ? 8 : w)))
+TEST_WORKERS ?= $(shell n=$$(nproc 2>/dev/null || echo 1); w=$$((3 * n)); echo $$((w > 8 ? 8 : w)))
 XDIST_ARGS := -n $(TEST_WORKERS) --dist worksteal
+# The tests let Python keep its bytecode caches (`__pycache__`, ignored by git) even where the
+# environment sets PYTHONDONTWRITEBYTECODE, as this machine kind's does: each test worker and each
+# of the hundreds of subprocesses the tests start (servers, runners, CLI commands) otherwise compiles
+# every module it imports from source again, and pytest rewrites every test module's asserts again
+# (collection: 10.1 -> 6.2 CPU-seconds a worker). Jobs run in fresh worktrees and the mutation
+# tests' copies turn the caches off for themselves, so no cache can outlive its source there.
+test test-fast: export PYTHONDONTWRITEBYTECODE =
 
 test: $(KERNELS)
 	@status=0; \
