@@ -175,6 +175,20 @@ def _fresh_sqlite(template: Path, path: Path, apps: dict[str, Flask]) -> str:
     return f"sqlite:///{path}"
 
 
+@pytest.fixture(scope="session")
+def _worker_data_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return tmp_path_factory.mktemp("service-data") / "data"
+
+
+@pytest.fixture
+def data_dir(_worker_data_dir: Path) -> str:
+    """The service's data directory (its git mirrors), empty: one path for this worker, so that an
+    app whose settings name it can be kept (`kept_apps`) instead of made again for every test."""
+    shutil.rmtree(_worker_data_dir, ignore_errors=True)
+    _worker_data_dir.mkdir(parents=True)
+    return str(_worker_data_dir)
+
+
 @pytest.fixture(params=["sqlite", "postgresql"])
 def database_url(request: pytest.FixtureRequest, kept_apps: dict[str, Flask]) -> str:
     """A migrated, empty database: SQLite, and PostgreSQL when reachable."""

@@ -32,10 +32,10 @@ HEADERS = {"Authorization": f"Bearer {ADMIN_TOKEN}"}
 
 
 @pytest.fixture
-def settings(database_url: str, tmp_path: Path, request: pytest.FixtureRequest):  # type: ignore[no-untyped-def]
+def settings(database_url: str, data_dir: str, request: pytest.FixtureRequest):  # type: ignore[no-untyped-def]
     """The test catalogue; `indirect` parametrization gives the decode suite extra keys."""
     suites = [dict(suite, **getattr(request, "param", {})) if suite["name"] == SUITE else suite for suite in SUITES]
-    return make_settings(database_url, data_dir=str(tmp_path / "data"), suites=parse_catalogue({"suites": suites})["suites"])
+    return make_settings(database_url, data_dir=data_dir, suites=parse_catalogue({"suites": suites})["suites"])
 
 
 class Lab:

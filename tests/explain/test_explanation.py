@@ -15,8 +15,8 @@ from tests.support.settings import make_settings
 
 
 @pytest.fixture
-def settings(database_url: str, tmp_path: Path):  # type: ignore[no-untyped-def]
-    return make_settings(database_url, data_dir=str(tmp_path / "data"))
+def settings(database_url: str, data_dir: str):  # type: ignore[no-untyped-def]
+    return make_settings(database_url, data_dir=data_dir)
 
 
 @pytest.fixture

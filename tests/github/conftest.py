@@ -16,8 +16,8 @@ def upstream(tmp_path: Path) -> Upstream:
 
 
 @pytest.fixture
-def settings(database_url: str, tmp_path: Path):  # type: ignore[no-untyped-def]
-    return make_settings(database_url, github_webhook_secret=SECRET, data_dir=str(tmp_path / "data"))
+def settings(database_url: str, data_dir: str):  # type: ignore[no-untyped-def]
+    return make_settings(database_url, github_webhook_secret=SECRET, data_dir=data_dir)
 
 
 @pytest.fixture

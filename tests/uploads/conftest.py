@@ -4,6 +4,7 @@ and helpers that post an upload and follow a 202 to its outcome."""
 from __future__ import annotations
 
 import json
+import shutil
 import threading
 from dataclasses import dataclass
 from datetime import timedelta
@@ -26,20 +27,28 @@ UPLOAD_SUITES = [*SUITES, {"name": "sglang-one-batch", "command": ["true"], "pla
                            "adapter": "sglang-bench-one-batch", "outputs": ["one_batch.jsonl"]}]
 
 
+@pytest.fixture(scope="session")
+def _worker_upstream(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return tmp_path_factory.mktemp("uploads-upstream") / "upstream"
+
+
 @pytest.fixture
-def upstream(tmp_path: Path) -> Upstream:
-    """The repository's own copy (its URL is this path), with five commits on main."""
-    repo = Upstream(tmp_path / "upstream", branch="main")
+def upstream(_worker_upstream: Path) -> Upstream:
+    """The repository's own copy (its URL is this path), with five commits on main. Made again for
+    each test at one path per worker, so that the settings naming it stay the same and the app is
+    kept (`kept_apps` in tests/conftest.py)."""
+    shutil.rmtree(_worker_upstream, ignore_errors=True)
+    repo = Upstream(_worker_upstream, branch="main")
     repo.commits(5)
     return repo
 
 
 @pytest.fixture
-def settings(database_url: str, tmp_path: Path, upstream: Upstream):  # type: ignore[no-untyped-def]
+def settings(database_url: str, data_dir: str, upstream: Upstream):  # type: ignore[no-untyped-def]
     catalogue = parse_catalogue({"suites": UPLOAD_SUITES})
     return make_settings(database_url, repositories=(RepositorySpec(name=REPOSITORY, url=str(upstream.path)),
                                                      RepositorySpec(name="other/repo", url=str(upstream.path))),
-                         suites=catalogue["suites"], data_dir=str(tmp_path / "data"), github_token="test-token")
+                         suites=catalogue["suites"], data_dir=data_dir, github_token="test-token")
 
 
 def ci_token(app, repository: str = REPOSITORY, platform: str | None = None,  # type: ignore[no-untyped-def]
