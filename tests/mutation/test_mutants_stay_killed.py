@@ -111,10 +111,13 @@ MUTANTS = (
 
 
 def copy_tree(root: Path) -> Path:
+    """The tree with the bytecode caches the run has written so far: `copytree` keeps each file's
+    modification time, so a cache entry still matches its unchanged source and the child does not
+    compile or assert-rewrite those modules again (about 0.4 CPU-s a run)."""
     for name in TREE:
         source = REPO_ROOT / name
         if source.is_dir():
-            shutil.copytree(source, root / name, ignore=shutil.ignore_patterns("__pycache__"))
+            shutil.copytree(source, root / name)
         else:
             shutil.copy(source, root / name)
     return root
@@ -126,6 +129,10 @@ def mutated_copy(mutant: Mutant, root: Path) -> Path:
     count = text.count(mutant.old)
     assert count == 1, f"{mutant.module}: the mutation's text occurs {count} times, not once: {mutant.old!r}"
     path.write_text(text.replace(mutant.old, mutant.new))
+    # The mutant's own cache entries go: the source is compiled from the mutated text, whatever the
+    # clock (an entry is checked against the source's modification time in whole seconds and size).
+    for cached in (path.parent / "__pycache__").glob(f"{path.stem}.*.pyc"):
+        cached.unlink()
     return root
 
 
