@@ -1,6 +1,8 @@
 """More claim long-polls than request threads: the health check and a signed webhook still
-answer within a second, because a waiting long-poll holds no request thread (gevent worker) and
-webhooks have capacity of their own."""
+answer while every long-poll is waiting, because a waiting long-poll holds no request thread
+(gevent worker) and webhooks have capacity of their own. With the threads held they would answer
+only once the long-polls' waits were over; the test asserts the order, not a duration, so a loaded
+machine cannot fail it (it did, on a 1-second read timeout, beside five other test workers)."""
 from __future__ import annotations
 
 import json
@@ -18,7 +20,9 @@ from tests.support.settings import make_settings
 
 THREADS = 4
 LONG_POLLS = 12 * THREADS
-WAIT_S = 20
+WAIT_S = 30
+# Well under WAIT_S: an answer that needed a long-poll's thread would come only after its wait.
+ANSWER_S = 10
 PUSH = {"ref": "refs/heads/main", "before": "1" * 40, "after": "2" * 40, "commits": [],
         "repository": {"full_name": "fleet/not-tracked", "clone_url": "https://github.com/fleet/not-tracked.git"}}
 
@@ -69,18 +73,17 @@ def test_health_and_webhooks_answer_while_long_polls_outnumber_threads(database_
             time.sleep(0.2)
         assert long_polls_waiting(service.base) == LONG_POLLS, "the long-polls did not all start waiting"
 
-        started = time.perf_counter()
-        health = requests.get(f"{service.base}/healthz", timeout=1)
-        health_s = time.perf_counter() - started
+        # Both must answer before the long-polls' waits end (WAIT_S): a request queued behind them
+        # would time out here first.
+        health = requests.get(f"{service.base}/healthz", timeout=ANSWER_S)
         body = json.dumps(PUSH).encode()
-        started = time.perf_counter()
         webhook = requests.post(f"{service.base}/webhooks/github", data=body,
-                                headers=webhook_headers("push", body), timeout=1)
-        webhook_s = time.perf_counter() - started
+                                headers=webhook_headers("push", body), timeout=ANSWER_S)
 
-        assert health.status_code == 200 and health_s < 1.0
-        assert webhook.status_code in (200, 202) and webhook_s < 1.0, webhook.text
-        assert statuses == [], "a long-poll returned before its wait was over"
+        assert health.status_code == 200
+        assert webhook.status_code in (200, 202), webhook.text
+        assert statuses == [], "a long-poll returned before the health check and the webhook were answered"
+        assert long_polls_waiting(service.base) == LONG_POLLS
         for thread in threads:
             thread.join(WAIT_S + 30)
         assert statuses == [204] * LONG_POLLS
