@@ -8,7 +8,7 @@ the base, accept length, whether the outputs equal the base's token for token) a
 bench/results/overlap_cost.json.
 
     .venv/bin/python bench/overlap_cost.py [--base REV] [--repeats 2] [--prompts 32] [--threads 1]
-        [--speculative [ngram] [self-draft]]
+        [--speculative [ngram] [self-draft]] [--data DIR]
 """
 from __future__ import annotations
 
@@ -23,6 +23,9 @@ import tempfile
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+from scheduler_core.jobs.gsm8k import DataNotFound, resolve_data  # noqa: E402
 
 
 def git(*args: str) -> str:
@@ -33,8 +36,10 @@ def run(tree: Path, out: Path, args: argparse.Namespace, *extra: str) -> dict:
     """One engine run in a child process; adds the child's CPU seconds (user + system), which a
     shared machine's load changes far less than the wall time."""
     env = {**os.environ, "PYTHONPATH": str(tree)}
+    # The exported base tree has no ../shared beside it: both sides read the questions this tree finds.
     command = [sys.executable, str(tree / "bench" / "engine_vs_transformers.py"), "--engine-only",
-               "--prompts", str(args.prompts), "--threads", str(args.threads), "--json", str(out), *extra]
+               "--prompts", str(args.prompts), "--threads", str(args.threads), "--json", str(out),
+               "--data", str(args.data), *extra]
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     subprocess.run(command, cwd=tree, env=env, check=True, stdout=subprocess.DEVNULL)
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
@@ -51,7 +56,13 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--speculative", nargs="*", default=["ngram", "self-draft"],
                         help="speculative runs of this tree after the rounds (none: --speculative)")
+    parser.add_argument("--data", help="GSM8k directory (default: PARALLAX_GSM8K, the cache, or ../shared)")
     args = parser.parse_args()
+    shared = REPO.parent / "shared" / "data" / "gsm8k"
+    try:
+        args.data = resolve_data(args.data or (str(shared) if shared.is_dir() else None))
+    except DataNotFound as e:
+        parser.error(str(e))
     base = args.base or git("merge-base", "HEAD", "main")
     rows: dict[str, list[dict]] = {"base": [], "head": [], **{f"head + {name}": [] for name in args.speculative}}
     with tempfile.TemporaryDirectory() as tmp:
