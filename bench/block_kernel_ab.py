@@ -76,6 +76,11 @@ def main() -> None:
         kernels = {"baseline": baseline, "tree": current}
         weights = smollm2_weights()
         packs = {name: [block_linear.pack(w) for w in layers] for name, layers in weights.items()}
+        for name, layer_packs in packs.items():
+            first = layer_packs[0]
+            if baseline.parallax_blocks_packed_bytes(first.out_features, first.in_features, first.bits) != first.data.numel():
+                raise SystemExit(f"the kernel at {args.against} packs {name} into another layout: "
+                                 "this bench compares kernels that read the same one")
         results = []
         print(f"{'weight':>8} {'rows':>5} {args.against + ' us':>14} {'this tree us':>13} {'ratio':>6} {'same bits':>9}")
         for rows in args.rows:
