@@ -188,48 +188,42 @@ static inline __attribute__((always_inline)) void column_pair(const int rows, co
 #define PAIR_CASE(R) \
     case R: column_pair(R, x, k, block, column_stride, bits, out, n); break;
 
+/* One pass of `rows` rows over a pair of column blocks (group 2) or one (group 1); `rows` is at
+ * most PAIR_MAX_ROWS or MAX_ROWS, a constant in each case so that the accumulators stay in registers. */
+static void one_pass(int group, int rows, const float *x, int64_t k, const uint8_t *block, int64_t column_stride,
+                     int bits, float *out, int64_t n) {
+    if (group == 2) {
+        switch (rows) {
+            PAIR_CASE(1) PAIR_CASE(2) PAIR_CASE(3) PAIR_CASE(4) PAIR_CASE(5) PAIR_CASE(6)
+            PAIR_CASE(7) PAIR_CASE(8) PAIR_CASE(9) PAIR_CASE(10) PAIR_CASE(11) PAIR_CASE(12)
+        }
+    } else {
+        switch (rows) {
+            ROWS_CASE(1) ROWS_CASE(2) ROWS_CASE(3) ROWS_CASE(4) ROWS_CASE(5) ROWS_CASE(6)
+            ROWS_CASE(7) ROWS_CASE(8) ROWS_CASE(9) ROWS_CASE(10) ROWS_CASE(11) ROWS_CASE(12)
+            ROWS_CASE(13) ROWS_CASE(14) ROWS_CASE(15) ROWS_CASE(16)
+        }
+    }
+}
+
 /* out [m, n] = x [m, k] . w^T for a weight packed by parallax_blocks_layout with `bits` bits. Column
- * blocks on the outside, two at a time: their weights come from memory once, and from the cache for
- * each further pass over the rows (up to 12 rows a pass, split evenly: 13 rows are 7 + 6). An odd
- * last column block goes alone, 16 rows a pass. */
+ * blocks on the outside, two at a time (an odd last one alone): their weights come from memory
+ * once, and from the cache for each further pass over the rows, the rows split evenly between the
+ * passes (13 rows over a pair are 7 + 6). */
 void parallax_blocks_linear(const float *x, int64_t m, int64_t k, const uint8_t *packed, int bits, int64_t n,
                             float *out) {
     const int64_t column_stride = (k / SCALE_BLOCK) * block_bytes(bits);
-    const int64_t passes = (m + PAIR_MAX_ROWS - 1) / PAIR_MAX_ROWS;
-    int64_t nb = 0;
-    for (; nb + 1 < n / COLUMNS; nb += 2) {
-        const uint8_t *block = packed + nb * column_stride;
+    const int64_t blocks = n / COLUMNS;
+    for (int64_t nb = 0; nb < blocks;) {
+        const int group = blocks - nb >= 2 ? 2 : 1;
+        const int max_rows = group == 2 ? PAIR_MAX_ROWS : MAX_ROWS;
+        const int64_t passes = (m + max_rows - 1) / max_rows;
         for (int64_t pass = 0, r0 = 0; pass < passes; pass++) {
             const int64_t r1 = m * (pass + 1) / passes;
-            const int rows = (int)(r1 - r0);
-            const float *x_rows = x + r0 * k;
-            float *out_rows = out + r0 * n + nb * COLUMNS;
-            {
-                const float *x = x_rows;
-                float *out = out_rows;
-                switch (rows) {
-                    PAIR_CASE(1) PAIR_CASE(2) PAIR_CASE(3) PAIR_CASE(4) PAIR_CASE(5) PAIR_CASE(6)
-                    PAIR_CASE(7) PAIR_CASE(8) PAIR_CASE(9) PAIR_CASE(10) PAIR_CASE(11) PAIR_CASE(12)
-                }
-            }
+            one_pass(group, (int)(r1 - r0), x + r0 * k, k, packed + nb * column_stride, column_stride, bits,
+                     out + r0 * n + nb * COLUMNS, n);
             r0 = r1;
         }
-    }
-    for (; nb < n / COLUMNS; nb++) {
-        const uint8_t *block = packed + nb * column_stride;
-        for (int64_t r0 = 0; r0 < m; r0 += MAX_ROWS) {
-            const int rows = m - r0 < MAX_ROWS ? (int)(m - r0) : MAX_ROWS;
-            const float *x_rows = x + r0 * k;
-            float *out_rows = out + r0 * n + nb * COLUMNS;
-            {
-                const float *x = x_rows;
-                float *out = out_rows;
-                switch (rows) {
-                    ROWS_CASE(1) ROWS_CASE(2) ROWS_CASE(3) ROWS_CASE(4) ROWS_CASE(5) ROWS_CASE(6)
-                    ROWS_CASE(7) ROWS_CASE(8) ROWS_CASE(9) ROWS_CASE(10) ROWS_CASE(11) ROWS_CASE(12)
-                    ROWS_CASE(13) ROWS_CASE(14) ROWS_CASE(15) ROWS_CASE(16)
-                }
-            }
-        }
+        nb += group;
     }
 }
