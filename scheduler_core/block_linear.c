@@ -137,7 +137,8 @@ static inline __attribute__((always_inline)) void column_block(const int rows, c
  * <= PAIR_MAX_ROWS rows. Each output still adds its products in k order from zero, one FMA per k,
  * so the result is column_block's bit for bit; what changes is that each x value is broadcast once
  * for two FMAs. With one FMA per broadcast an Intel Xeon (Ice Lake) ran the kernel at about 40 % of
- * its FMA peak, issuing the broadcasts rather than the products. */
+ * its FMA peak; a decode step of 13 to 32 rows runs 1.09-1.34x faster this way there
+ * (bench/block_kernel_ab.py, docs/engine.md). */
 static inline __attribute__((always_inline)) void column_pair(const int rows, const float *x, int64_t k,
                                                               const uint8_t *block, int64_t column_stride,
                                                               int bits, float *out, int64_t n) {
