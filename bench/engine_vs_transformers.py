@@ -43,6 +43,14 @@ from scheduler_core.jobs.results import current_commit, environment  # noqa: E40
 from scheduler_core.model.loader import smollm2_gguf_path  # noqa: E402
 from scheduler_core.sampling import SamplingParams  # noqa: E402
 
+
+def gsm8k_dir(explicit: str | None) -> Path:
+    """The GSM8k directory: ``explicit`` (--data), else PARALLAX_GSM8K, the cache or ../shared's copy;
+    `DataNotFound` names what is missing."""
+    shared = REPO.parent / "shared" / "data" / "gsm8k"
+    return resolve_data(explicit or (str(shared) if shared.is_dir() else None))
+
+
 # scheduler_core.cpu_kernels.CPU_KERNELS_ENV, spelled out: overlap_cost.py runs this script in trees
 # from before that module.
 CPU_KERNELS_ENV = "PARALLAX_CPU_KERNELS"
@@ -124,9 +132,7 @@ def main() -> None:
     args = parser.parse_args()
     if args.threads:
         torch.set_num_threads(args.threads)
-    shared = REPO.parent / "shared" / "data" / "gsm8k"
-    data = resolve_data(args.data or (str(shared) if shared.is_dir() else None))
-    questions = load_jsonl(data / "test.jsonl")[: args.prompts]
+    questions = load_jsonl(gsm8k_dir(args.data) / "test.jsonl")[: args.prompts]
     prompts = [f"Question: {q['question']}\nAnswer:" for q in questions]
     rng = random.Random(args.seed)
     lengths = [rng.randint(args.min_output, args.max_output) for _ in prompts]

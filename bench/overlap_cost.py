@@ -25,7 +25,8 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from scheduler_core.jobs.gsm8k import DataNotFound, resolve_data  # noqa: E402
+from bench.engine_vs_transformers import gsm8k_dir  # noqa: E402
+from scheduler_core.jobs.gsm8k import DataNotFound  # noqa: E402
 
 
 def git(*args: str) -> str:
@@ -58,9 +59,8 @@ def main() -> None:
                         help="speculative runs of this tree after the rounds (none: --speculative)")
     parser.add_argument("--data", help="GSM8k directory (default: PARALLAX_GSM8K, the cache, or ../shared)")
     args = parser.parse_args()
-    shared = REPO.parent / "shared" / "data" / "gsm8k"
     try:
-        args.data = resolve_data(args.data or (str(shared) if shared.is_dir() else None))
+        args.data = gsm8k_dir(args.data)
     except DataNotFound as e:
         parser.error(str(e))
     base = args.base or git("merge-base", "HEAD", "main")
