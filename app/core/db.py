@@ -1,11 +1,13 @@
 """Database engine and sessions.
 
 One `Database` per app or process (engine + sessionmaker; a web request's session lives in
-`app.web.session`). SQLite gets WAL, a busy timeout and foreign keys, and
-every transaction begins with `BEGIN IMMEDIATE`: a deferred transaction that read first and
-writes later fails at once with "database is locked" when another writer got there in between
-(SQLite does not wait in that case), while an immediate one waits its turn for the write lock.
-That makes read-then-write sequences such as claiming race-free on the embedded default.
+`app.web.session`). SQLite gets WAL, a busy timeout and foreign keys, and every transaction
+begins with `BEGIN IMMEDIATE`: a deferred transaction that read first and writes later fails at
+once with "database is locked" when another writer got there in between (SQLite does not wait in
+that case), while an immediate one waits its turn for the write lock. That makes read-then-write
+sequences such as claiming race-free on the embedded default. Within one process the turn is
+waited for in Python, not in SQLite (app.core.sqlite_gate: under gevent SQLite's wait would
+freeze the worker).
 """
 from __future__ import annotations
 
@@ -19,7 +21,10 @@ from sqlalchemy.exc import ArgumentError, DBAPIError, DisconnectionError, Integr
 from sqlalchemy.exc import TimeoutError as PoolTimeout
 from sqlalchemy.orm import Session, sessionmaker
 
+from app.core.sqlite_gate import gate_for
+
 M = TypeVar("M")
+SQLITE_BUSY_S = 30  # how long SQLite (and the gate of app.core.sqlite_gate) waits for the write lock
 UNREACHABLE = (OperationalError, ArgumentError)  # what `database_problem` explains
 
 
@@ -41,7 +46,8 @@ def make_engine(url: str) -> Engine:
     if parsed.get_backend_name() == "sqlite":
         if parsed.database and parsed.database != ":memory:":
             Path(parsed.database).parent.mkdir(parents=True, exist_ok=True)
-        engine = create_engine(url, connect_args={"timeout": 30, "check_same_thread": False})
+        engine = create_engine(url, connect_args={"timeout": SQLITE_BUSY_S, "check_same_thread": False})
+        gate = gate_for(parsed.database, SQLITE_BUSY_S) if parsed.database and parsed.database != ":memory:" else None
 
         @event.listens_for(engine, "connect")
         def _sqlite_pragmas(dbapi_connection, _record) -> None:  # type: ignore[no-untyped-def]
@@ -50,12 +56,36 @@ def make_engine(url: str) -> Engine:
             cursor = dbapi_connection.cursor()
             cursor.execute("PRAGMA foreign_keys=ON")
             cursor.execute("PRAGMA journal_mode=WAL")
-            cursor.execute("PRAGMA busy_timeout=30000")
+            cursor.execute(f"PRAGMA busy_timeout={SQLITE_BUSY_S * 1000}")
             cursor.close()
 
         @event.listens_for(engine, "begin")
         def _sqlite_begin(conn) -> None:  # type: ignore[no-untyped-def]
-            conn.exec_driver_sql("BEGIN IMMEDIATE")
+            if gate is None:
+                conn.exec_driver_sql("BEGIN IMMEDIATE")
+                return
+            dbapi_connection = conn.connection.dbapi_connection
+            gate.enter(dbapi_connection)
+            try:
+                conn.exec_driver_sql("BEGIN IMMEDIATE")
+            except BaseException:
+                gate.leave(dbapi_connection)
+                raise
+
+        if gate is not None:
+            # Before the COMMIT or ROLLBACK itself: nothing yields in between (SQLite's calls are
+            # C), and a thread let in early waits a moment in SQLite's busy handler.
+            @event.listens_for(engine, "commit")
+            @event.listens_for(engine, "rollback")
+            def _sqlite_end(conn) -> None:  # type: ignore[no-untyped-def]
+                gate.leave(conn.connection.dbapi_connection)
+
+            # A connection back in the pool, reset or dropped, ends its transaction too.
+            @event.listens_for(engine, "checkin")
+            @event.listens_for(engine, "close")
+            @event.listens_for(engine, "invalidate")
+            def _sqlite_released(dbapi_connection, *_args) -> None:  # type: ignore[no-untyped-def]
+                gate.leave(dbapi_connection)
 
         return engine
     return create_engine(url, pool_pre_ping=True, pool_size=10, max_overflow=20)

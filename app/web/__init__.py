@@ -23,6 +23,7 @@ from app.web.api import bp as api_bp
 from app.web.api_reference import bp as api_reference_bp
 from app.web.artifacts_api import bp as artifacts_bp
 from app.web.bisect_api import bp as bisect_bp
+from app.web.bodies import read_small_body_first
 from app.web.dashboard import bp as dashboard_bp
 from app.web.metrics import bp as metrics_bp
 from app.web.operator_api import bp as operator_bp
@@ -79,6 +80,7 @@ def create_app(config: Settings | dict[str, Any] | None = None, *, check_schema:
     flask_app.extensions["parallax.series_cache"] = SeriesCache()  # per process: app/web/series_cache.py
 
     routing.register(flask_app)
+    flask_app.before_request(read_small_body_first)  # first: before any hook touches the database
     errors.register(flask_app)
     guards.register(flask_app)
     capacity.install(flask_app, settings)
