@@ -328,10 +328,7 @@ def _run(demo: Demo, exit_when_done: bool) -> int:
     demo.port = demo.port or free_port()  # chosen before the service starts: its links name it
     with open(work / "serve.log", "w") as log:
         try:
-            # Threads, not gevent: SQLite's lock waits happen inside C and do not yield to other
-            # greenlets, so under gevent the embedded database answers "database is locked".
-            service = ServiceProcess(demo.env(), workers=2, port=demo.port, log=log,
-                                     args=["--worker-class", "gthread"]).__enter__()
+            service = ServiceProcess(demo.env(), workers=2, port=demo.port, log=log).__enter__()
         except RuntimeError as exc:
             raise DemoError(f"{exc}; see {work / 'serve.log'}") from exc
         try:
