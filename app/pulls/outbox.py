@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import logging
 import time
+from dataclasses import dataclass
 from typing import Any
 
 import requests
@@ -93,40 +94,62 @@ def _superseded(session: Session, row: PullRequestWrite) -> bool:
     return session.scalar(query.limit(1)) is not None
 
 
-class Sent(Exception):
-    """Not an error: the write needs nothing more (e.g. the comment was found already)."""
+@dataclass(frozen=True)
+class _Write:
+    """What sending one write needs, read in a transaction and used outside it: the network
+    calls hold no transaction (on SQLite one holds the write lock of every process)."""
+    row_id: int
+    kind: str
+    body: dict[str, Any]
+    api: str
+    number: int
+    installation_id: int | None
+    check_run_id: str | None
+    head_sha: str | None
+    comment_id: str | None
 
 
-def _send(session: Session, settings: Settings, http: requests.Session, headers: dict[str, str], row: PullRequestWrite,
-          repository: Repository, pull: PullRequest, timeout: tuple[float, float]) -> requests.Response:
-    api = f"{settings.github_api_url}/repos/{repository.name}"
+def _prepare(session: Session, settings: Settings, row: PullRequestWrite) -> _Write:
+    pull = session.get(PullRequest, row.pull_request_id)
+    assert pull is not None
+    repository = session.get(Repository, pull.repository_id)
+    assert repository is not None
+    check_run_id = head_sha = comment_id = None
     if row.kind == "check_run":
         comparison = session.get(PullComparison, row.comparison_id)
         assert comparison is not None
-        output = {"title": row.body["title"], "summary": row.body["summary"]}
-        body: dict[str, Any] = {"name": CHECK_NAME, "status": row.body["status"], "output": output}
+        check_run_id = comparison.check_run_id
+        if not check_run_id:
+            commit = session.get(Commit, comparison.head_commit_id)
+            assert commit is not None
+            head_sha = commit.sha
+    elif row.kind == "comment":
+        state = session.get(PullRequestGitHub, pull.id)
+        comment_id = state.comment_id if state is not None else None
+    return _Write(row_id=row.id, kind=row.kind, body=dict(row.body), api=f"{settings.github_api_url}/repos/{repository.name}",
+                  number=pull.number, installation_id=app_auth.installation_for(session, repository.id),
+                  check_run_id=check_run_id, head_sha=head_sha, comment_id=comment_id)
+
+
+def _send(http: requests.Session, headers: dict[str, str], write: _Write, timeout: tuple[float, float]) -> requests.Response:
+    api = write.api
+    if write.kind == "check_run":
+        output = {"title": write.body["title"], "summary": write.body["summary"]}
+        body: dict[str, Any] = {"name": CHECK_NAME, "status": write.body["status"], "output": output}
         for key in ("conclusion", "details_url"):
-            if key in row.body:
-                body[key] = row.body[key]
-        if comparison.check_run_id:
-            return http.patch(f"{api}/check-runs/{comparison.check_run_id}", json=body, headers=headers, timeout=timeout)
-        head_sha = _head_sha(session, comparison)
-        return http.post(f"{api}/check-runs", json={**body, "head_sha": head_sha}, headers=headers, timeout=timeout)
-    if row.kind == "reply":
-        return http.post(f"{api}/issues/{pull.number}/comments", json=row.body, headers=headers, timeout=timeout)
-    state = session.get(PullRequestGitHub, pull.id)
-    comment_id = state.comment_id if state is not None else None
+            if key in write.body:
+                body[key] = write.body[key]
+        if write.check_run_id:
+            return http.patch(f"{api}/check-runs/{write.check_run_id}", json=body, headers=headers, timeout=timeout)
+        return http.post(f"{api}/check-runs", json={**body, "head_sha": write.head_sha}, headers=headers, timeout=timeout)
+    if write.kind == "reply":
+        return http.post(f"{api}/issues/{write.number}/comments", json=write.body, headers=headers, timeout=timeout)
+    comment_id = write.comment_id
     if comment_id is None:
-        comment_id = _find_comment(http, f"{api}/issues/{pull.number}/comments", headers, timeout)
+        comment_id = _find_comment(http, f"{api}/issues/{write.number}/comments", headers, timeout)
     if comment_id is not None:
-        return http.patch(f"{api}/issues/comments/{comment_id}", json=row.body, headers=headers, timeout=timeout)
-    return http.post(f"{api}/issues/{pull.number}/comments", json=row.body, headers=headers, timeout=timeout)
-
-
-def _head_sha(session: Session, comparison: PullComparison) -> str:
-    commit = session.get(Commit, comparison.head_commit_id)
-    assert commit is not None
-    return commit.sha
+        return http.patch(f"{api}/issues/comments/{comment_id}", json=write.body, headers=headers, timeout=timeout)
+    return http.post(f"{api}/issues/{write.number}/comments", json=write.body, headers=headers, timeout=timeout)
 
 
 def _find_comment(http: requests.Session, url: str, headers: dict[str, str], timeout: tuple[float, float]) -> str | None:
@@ -180,42 +203,48 @@ def send_due(db: Database, settings: Settings, *, limit: int = 100, budget_s: fl
                 row.sent_at, row.last_error = utcnow(), "superseded by a newer write"
                 counts["superseded"] += 1
                 continue
-            pull = session.get(PullRequest, row.pull_request_id)
-            assert pull is not None
-            repository = session.get(Repository, pull.repository_id)
-            assert repository is not None
-            try:
-                headers = app_auth.headers(settings, app_auth.installation_for(session, repository.id), http=http,
-                                           timeout=timeout)
-                response = _send(session, settings, http, headers, row, repository, pull, timeout)
-            except (requests.RequestException, app_auth.MissingInstallation) as exc:
-                limited = getattr(exc, "response", None)
-                until = rate_limit_until(limited, utcnow()) if limited is not None else None
-                if until is not None:
-                    _pause_all(session, row, until)
-                    return counts
-                row.next_attempt_at, row.last_error = utcnow() + backoff(row.attempts), f"{type(exc).__name__}: {exc}"[:2000]
-                counts["retried"] += 1
-                continue
-            if 200 <= response.status_code < 300:
-                _remember(session, row, response)
-                row.sent_at, row.last_error = utcnow(), None
-                counts["sent"] += 1
-                continue
-            until = rate_limit_until(response, utcnow())
-            if until is not None:
-                _pause_all(session, row, until)
+            write = _prepare(session, settings, row)
+        try:
+            headers = app_auth.headers(settings, write.installation_id, http=http, timeout=timeout)
+            response: requests.Response | None = _send(http, headers, write, timeout)
+            failure = None
+        except (requests.RequestException, app_auth.MissingInstallation) as exc:
+            response, failure = None, exc
+        with db.session() as session:
+            row = session.get(PullRequestWrite, row_id)
+            assert row is not None
+            if _record(session, row, response, failure, counts):
                 return counts
-            message = f"HTTP {response.status_code}: {response.text[:500]}"
-            row.last_error = message
-            if response.status_code >= 500 or response.status_code in (408, 409):
-                row.next_attempt_at = utcnow() + backoff(row.attempts)
-                counts["retried"] += 1
-            else:
-                row.attempts = MAX_ATTEMPTS
-                counts["gave_up"] += 1
-                log.warning("pull request write refused", extra={"px_write": row_id, "px_error": message})
     return counts
+
+
+def _record(session: Session, row: PullRequestWrite, response: requests.Response | None,
+            failure: Exception | None, counts: dict[str, int]) -> bool:
+    """Store how the attempt went; True when a rate limit stops this round."""
+    limited = response if failure is None else getattr(failure, "response", None)
+    until = rate_limit_until(limited, utcnow()) if limited is not None else None
+    if until is not None and (response is None or not 200 <= response.status_code < 300):
+        _pause_all(session, row, until)
+        return True
+    if failure is not None or response is None:
+        row.next_attempt_at, row.last_error = utcnow() + backoff(row.attempts), f"{type(failure).__name__}: {failure}"[:2000]
+        counts["retried"] += 1
+        return False
+    if 200 <= response.status_code < 300:
+        _remember(session, row, response)
+        row.sent_at, row.last_error = utcnow(), None
+        counts["sent"] += 1
+        return False
+    message = f"HTTP {response.status_code}: {response.text[:500]}"
+    row.last_error = message
+    if response.status_code >= 500 or response.status_code in (408, 409):
+        row.next_attempt_at = utcnow() + backoff(row.attempts)
+        counts["retried"] += 1
+    else:
+        row.attempts = MAX_ATTEMPTS
+        counts["gave_up"] += 1
+        log.warning("pull request write refused", extra={"px_write": row.id, "px_error": message})
+    return False
 
 
 def _pause_all(session: Session, row: PullRequestWrite, until: Any) -> None:

@@ -9,7 +9,7 @@ import threading
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any
+from typing import Any, Callable
 
 
 @dataclass
@@ -34,6 +34,7 @@ class FakeGitHub:
         self.requests: list[Recorded] = []
         self.script: list[Reply] = []
         self.release = threading.Event()
+        self.on_request: Callable[[str, str], None] | None = None  # called with (method, path) before answering
         self.next_id = 1000
         owner = self
 
@@ -52,6 +53,8 @@ class FakeGitHub:
                 raw = self.rfile.read(length)
                 body = json.loads(raw) if raw else None
                 owner.requests.append(Recorded(method, self.path, dict(self.headers.items()), body, raw))
+                if owner.on_request is not None:
+                    owner.on_request(method, self.path)
                 reply = owner.script.pop(0) if owner.script else owner.default(method, self.path, body)
                 if reply.hang_s:
                     owner.release.wait(reply.hang_s)
