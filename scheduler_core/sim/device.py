@@ -64,6 +64,7 @@ _free_weak_ref = torch.UntypedStorage._free_weak_ref
 _LINEAR = torch.ops.aten.linear.default
 # A decode batch's attention: computed with the plain run's decode-attention kernel, timed as itself.
 _SDPA = torch.ops.aten.scaled_dot_product_attention.default
+_INDEX_SELECT = torch.ops.aten.index_select.default  # the C++ core defers a decode batch's K/V gathers
 _GQA = {"enable_gqa": True}  # the model's call; the mask arrives positionally
 # Ops that only read a value into Python (``int(t)``) or only describe a tensor: no device work.
 _IGNORED = {torch.ops.aten._local_scalar_dense.default, torch.ops.aten.lift_fresh.default,
@@ -649,11 +650,11 @@ def _op_info(func) -> _OpInfo:
 def _native_op_facts(qualified: str, overload: str) -> tuple:
     """``_op_info`` for the C++ core, which knows an op by its schema's name and overload: (name,
     skip, written argument positions, mutates, FLOPs from a Python formula, kind: 1 a projection,
-    2 an attention, 0 anything else, the op)."""
+    2 an attention, 3 a gather, 0 anything else, the op)."""
     namespace, name = qualified.split("::", 1)
     func = getattr(getattr(getattr(torch.ops, namespace), name), overload or "default")
     info = _op_info(func)
-    kind = 1 if func is _LINEAR else 2 if func is _SDPA else 0
+    kind = 1 if func is _LINEAR else 2 if func is _SDPA else 3 if func is _INDEX_SELECT else 0
     return (info.name, info.skip, sorted(info.write_args), info.mutates, info.flops is not None and kind != 1, kind,
             func)
 

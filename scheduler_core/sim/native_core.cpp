@@ -473,7 +473,8 @@ struct OpFacts {
   bool skip = false;  // a view, or no device work
   std::vector<char> writes;  // per schema argument
   bool mutates = false;
-  enum Kind { kPlain, kLinear, kAttention } kind = kPlain;
+  enum Kind { kPlain, kLinear, kAttention, kGather } kind = kPlain;
+  bool view = false;  // its output aliases an input's memory: it reads no values
   bool python_flops = false;  // torch's FLOP formula, called in Python (none but linear is in C++)
   bool decomposes = false;  // autograd runs its CompositeImplicitAutograd kernel (not seen whole)
   PyObject* func = nullptr;  // the OpOverload, a reference held for the process's life
@@ -539,6 +540,7 @@ class Recorder {
   }
 
   void exit() {
+    settle_all();  // a gather not read in the step holds its rows when the host reads it
     c10::impl::tls_set_dispatch_key_included(kHookKey, was_included_);
     active = previous_;
     previous_ = nullptr;
@@ -602,7 +604,11 @@ class Recorder {
       auto view = torch::jit::last(*stack, count);
       args.append(view.begin(), view.end());
     }
+    // A deferred gather's rows are copied before an op reads its output or touches its source; an
+    // attention takes them from the cache in ``route`` where it can.
+    if (!gathered_.empty() && !facts.view && facts.kind != OpFacts::kAttention) settle(torch::jit::last(*stack, count));
     if (!route(op, facts, stack)) {
+      if (!gathered_.empty() && facts.kind == OpFacts::kAttention) settle(torch::jit::last(*stack, count));
       c10::impl::ExcludeDispatchKeyGuard unhooked(kHookKey);
       op.redispatchBoxed(keys & c10::DispatchKeySet(c10::DispatchKeySet::FULL_AFTER, kHookKey), stack);
     }
@@ -670,6 +676,8 @@ class Recorder {
     facts.mutates = got[3].cast<bool>();
     facts.python_flops = got[4].cast<bool>();
     facts.kind = static_cast<OpFacts::Kind>(got[5].cast<int>());
+    const auto& returns = schema.returns();
+    facts.view = !returns.empty() && returns[0].alias_info() != nullptr && !returns[0].alias_info()->isWrite();
     facts.func = py::object(got[6]).release().ptr();
     // What autograd runs for a CPU tensor: its CompositeImplicitAutograd ("math") kernel, or not.
     std::string table = op.dumpComputedTable();
@@ -687,7 +695,11 @@ class Recorder {
     size_t count = op.schema().arguments().size();
     auto args = torch::jit::last(*stack, count);
     at::Tensor out;
-    if (facts.kind == OpFacts::kLinear) {
+    if (facts.kind == OpFacts::kGather) {
+      auto gathered = defer_gather(args);
+      if (!gathered) return false;
+      out = std::move(*gathered);
+    } else if (facts.kind == OpFacts::kLinear) {
       if (!prepacked_linear_ || count != 3 || !args[2].isNone()) return false;
       // ``cpu_kernels.applies``: where it says no, ``linear`` is F.linear, which is what running the
       // op on (unhooked) computes, without the call into Python.
@@ -705,13 +717,117 @@ class Recorder {
           !args[6].isNone() || !args[7].toBool())
         return false;
       c10::impl::ExcludeDispatchKeyGuard unhooked(kHookKey);
-      auto result = gathered_attention(args[0].toTensor(), args[1].toTensor(), args[2].toTensor(), args[3].toTensor());
+      std::optional<at::Tensor> result;
+      if (!gathered_.empty()) {
+        result = deferred_attention(args[0].toTensor(), args[1].toTensor(), args[2].toTensor(), args[3].toTensor());
+        if (!result) settle(args);
+      }
+      if (!result) result = gathered_attention(args[0].toTensor(), args[1].toTensor(), args[2].toTensor(), args[3].toTensor());
       if (!result) return false;  // not a decode batch
       out = std::move(*result);
     }
     torch::jit::drop(*stack, count);
     torch::jit::push(*stack, std::move(out));
     return true;
+  }
+
+  // A decode batch's gather of key or value rows from the KV cache (``index_select(cache, 0, slots)``),
+  // recorded as it is but not copied: its output is a fresh block of the same shape, and the rows
+  // it would hold are remembered. The attention kernel then reads them from the cache itself
+  // (``deferred_attention``), as the plain run does; anything else that reads the output first gets
+  // the copy (``settle``). Only where the attention kernel is there to read them.
+  std::optional<at::Tensor> defer_gather(c10::ArrayRef<c10::IValue> args) {
+    if (attention_kernel_ == nullptr || args.size() != 3 || !args[0].isTensor() || !args[2].isTensor() ||
+        args[1].toInt() != 0)
+      return std::nullopt;
+    const at::Tensor& source = args[0].toTensor();
+    const at::Tensor& index = args[2].toTensor();
+    if (!source.device().is_cpu() || source.scalar_type() != at::kFloat || source.dim() != 3 ||
+        !source.is_contiguous() || index.scalar_type() != at::kLong || index.dim() != 1 || !index.is_contiguous() ||
+        index.numel() == 0)
+      return std::nullopt;
+    const int64_t* slots = index.data_ptr<int64_t>();
+    const int64_t rows = source.size(0);
+    for (int64_t i = 0, n = index.numel(); i < n; ++i)
+      if (slots[i] < 0 || slots[i] >= rows) return std::nullopt;  // index_select's own error, when it runs
+    c10::impl::ExcludeDispatchKeyGuard unhooked(kHookKey);  // neither the output nor the slots' copy is an op
+    at::Tensor out = at::empty({index.numel(), source.size(1), source.size(2)}, source.options());
+    purge_gathered();
+    // The slots by value: the index tensor may be written before the rows are read.
+    gathered_.insert_or_assign(storage_key(out), Gathered{out.storage().getWeakStorageImpl(), source, index.clone()});
+    return out;
+  }
+
+  // SDPA over two deferred gathers of the same slots, shaped as ``gathered_attention`` takes them:
+  // the kernel reads the cache rows the gathers would have copied, in the same order, so the values
+  // are the gathered path's bit for bit. nullopt where it does not apply.
+  std::optional<at::Tensor> deferred_attention(const at::Tensor& q, const at::Tensor& keys, const at::Tensor& values,
+                                               const at::Tensor& mask) {
+    auto k = gathered_.find(storage_key(keys));
+    auto v = gathered_.find(storage_key(values));
+    if (k == gathered_.end() || v == gathered_.end() || k->second.out.expired() || v->second.out.expired() ||
+        keys.storage_offset() != 0 || values.storage_offset() != 0 || !k->second.index.equal(v->second.index))
+      return std::nullopt;
+    if (!mask.defined() || mask.scalar_type() != at::kBool || q.dim() != 4 || q.size(2) != 1 || keys.dim() != 4 ||
+        keys.sizes() != values.sizes() || mask.dim() != 4 || mask.size(0) != q.size(0) || mask.size(1) != 1 ||
+        mask.size(2) != 1 || mask.size(3) != keys.size(2) || !mask.is_contiguous())
+      return std::nullopt;
+    if (!q.device().is_cpu() || q.scalar_type() != at::kFloat || at::get_num_threads() != 1) return std::nullopt;
+    int64_t batch = q.size(0), heads = q.size(1), head_dim = q.size(3), span = keys.size(2);
+    const at::Tensor& k_cache = k->second.source;
+    const at::Tensor& v_cache = v->second.source;
+    at::Tensor rows_k = keys.transpose(1, 2), rows_v = values.transpose(1, 2);  // [B, S, kv_heads, head_dim]
+    if (!rows_k.is_contiguous() || !rows_v.is_contiguous() || k_cache.sizes() != v_cache.sizes() ||
+        k_cache.size(2) != head_dim || k->second.index.numel() != batch * span ||
+        rows_k.size(2) != k_cache.size(1))
+      return std::nullopt;
+    at::Tensor lens = at::empty({batch}, at::TensorOptions().dtype(at::kLong));
+    if (prefix_lengths_(mask.data_ptr(), batch, span, lens.data_ptr<int64_t>()) != 0) return std::nullopt;
+    at::Tensor slots = k->second.index.view({batch, span});
+    at::Tensor q_rows = q.reshape({batch, heads, head_dim}).contiguous();
+    at::Tensor out = at::empty({batch, heads * head_dim}, at::TensorOptions().dtype(q.scalar_type()));
+    float scale = static_cast<float>(std::pow(static_cast<double>(head_dim), -0.5));  // as gathered_attention's
+    if (attention_kernel_(q_rows.data_ptr<float>(), k_cache.data_ptr<float>(), v_cache.data_ptr<float>(),
+                          slots.data_ptr<int64_t>(), lens.data_ptr<int64_t>(), out.data_ptr<float>(), batch, heads,
+                          k_cache.size(1), head_dim, slots.stride(0), scale) != 0)
+      throw std::runtime_error("decode_attention: no memory for the scores");
+    return out.view({batch, 1, heads, head_dim}).transpose(1, 2);
+  }
+
+  // Copy the rows of every deferred gather whose output or source is among these arguments: before
+  // an op reads the rows, or writes where they come from.
+  void settle(c10::ArrayRef<c10::IValue> args) {
+    c10::SmallVector<int64_t, 4> due;
+    for (const auto& arg : args)
+      each_tensor(arg, [&](const at::Tensor& t) {
+        int64_t key = storage_key(t);
+        if (key == 0) return;
+        for (const auto& [out, entry] : gathered_)
+          if (out == key || storage_key(entry.source) == key) due.push_back(out);
+      });
+    for (int64_t out : due)
+      if (gathered_.count(out) != 0) settle_one(out);
+  }
+
+  void settle_all() {
+    while (!gathered_.empty()) settle_one(gathered_.begin()->first);
+  }
+
+  void settle_one(int64_t key) {
+    auto it = gathered_.find(key);
+    Gathered entry = std::move(it->second);
+    gathered_.erase(it);
+    c10::intrusive_ptr<c10::StorageImpl> storage = entry.out.lock();
+    if (!storage) return;  // dropped unread
+    c10::impl::ExcludeDispatchKeyGuard unhooked(kHookKey);
+    at::Tensor rows = at::empty({0}, entry.source.options())
+                          .set_(c10::Storage(std::move(storage)), 0,
+                                {entry.index.numel(), entry.source.size(1), entry.source.size(2)});
+    at::index_select_out(rows, entry.source, 0, entry.index);
+  }
+
+  void purge_gathered() {
+    for (auto it = gathered_.begin(); it != gathered_.end();) it = it->second.out.expired() ? gathered_.erase(it) : ++it;
   }
 
   // ``decode_attention.gathered_decode_attention`` (its checks, then ``_run``) without Python: the
@@ -863,6 +979,12 @@ class Recorder {
   AttentionKernel attention_kernel_ = nullptr;
   PrefixLengths prefix_lengths_ = nullptr;
   std::map<std::pair<int64_t, int64_t>, at::Tensor> slots_;
+  // Deferred gathers by their output's storage (``defer_gather``): what its rows would be.
+  struct Gathered {
+    c10::weak_intrusive_ptr<c10::StorageImpl> out;
+    at::Tensor source, index;
+  };
+  std::unordered_map<int64_t, Gathered> gathered_;
   double matmul_rate_, vector_rate_, hbm_rate_, launch_us_;
   bool prepacked_linear_, measure_host_;
   int sid_ = 0;

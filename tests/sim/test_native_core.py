@@ -319,3 +319,87 @@ def test_a_step_left_open_in_an_abandoned_generator_ends_when_it_is_collected(co
     gc.collect()
     assert collected() is None
     assert not ops_observed()  # the step ended: nothing watches this thread's ops any more
+
+
+def _paged_batch(lens: list[int], span: int, slots: int = 64, kv_heads: int = 2, head_dim: int = 40) -> tuple:
+    """A KV cache, each request's slots padded to ``span`` (padding reads slot 0), and the flat
+    index the model gathers with (``Attention._attend``)."""
+    generator = torch.Generator().manual_seed(sum(lens) * 11 + span)
+    k_cache = torch.randn((slots, kv_heads, head_dim), generator=generator)
+    v_cache = torch.randn((slots, kv_heads, head_dim), generator=generator)
+    index = torch.zeros((len(lens), span), dtype=torch.int64)
+    for b, n in enumerate(lens):
+        index[b, :n] = torch.randperm(slots - 1, generator=generator)[:n] + 1
+    return k_cache, v_cache, index.reshape(-1)
+
+
+def _gathered_attention_on_the_device(q, k_cache, v_cache, index, mask) -> tuple[torch.Tensor, list]:
+    batch, span = mask.shape[0], mask.shape[3]
+    device = SimDevice(Platform("sim", "cuda-h100"))
+    with torch.inference_mode(), device.stream(device.current_stream()):
+        for t in (q, k_cache, v_cache, index, mask):
+            device.mark_device(t)
+        shape = (batch, span, k_cache.shape[1], k_cache.shape[2])
+        keys = torch.index_select(k_cache, 0, index).view(shape).transpose(1, 2)
+        values = torch.index_select(v_cache, 0, index).view(shape).transpose(1, 2)
+        out = torch.nn.functional.scaled_dot_product_attention(q, keys, values, attn_mask=mask, enable_gqa=True)
+    return out, device.timeline.signature()
+
+
+@pytest.mark.parametrize("lens,span", [([5, 1, 3], 5), ([9, 9, 2, 7], 9)])
+@pytest.mark.usefixtures("one_torch_thread")
+def test_a_decode_batchs_gathers_are_timed_as_before_and_read_from_the_cache_bit_for_bit(
+        core, monkeypatch: pytest.MonkeyPatch, lens: list[int], span: int) -> None:
+    """The core records a decode batch's two gathers as they are but lets the attention kernel read
+    the rows from the cache (no copy): the same values as the kernel on the copies, the same timeline
+    as the Python path's."""
+    k_cache, v_cache, index = _paged_batch(lens, span)
+    q = torch.randn((len(lens), 1, 6, 40), generator=torch.Generator().manual_seed(5)).transpose(1, 2)
+    mask = (torch.arange(span)[None, :] < torch.tensor(lens)[:, None]).view(len(lens), 1, 1, span)
+    shape = (len(lens), span, 2, 40)
+    expected = gathered_decode_attention(q, k_cache[index].view(shape).transpose(1, 2),
+                                         v_cache[index].view(shape).transpose(1, 2), mask)
+    monkeypatch.setenv(native.NATIVE_ENV, "0")
+    python_out, python_timeline = _gathered_attention_on_the_device(q, k_cache, v_cache, index, mask)
+    monkeypatch.setenv(native.NATIVE_ENV, "1")
+    out, timeline = _gathered_attention_on_the_device(q, k_cache, v_cache, index, mask)
+    assert torch.equal(python_out, expected) and torch.equal(out, expected)
+    assert timeline == python_timeline
+    assert [name for _, name, *_ in timeline].count("index_select") == 2
+
+
+@pytest.mark.usefixtures("one_torch_thread")
+def test_a_gather_another_op_reads_holds_the_cache_rows(core, monkeypatch: pytest.MonkeyPatch) -> None:
+    k_cache, _, index = _paged_batch([7, 3], 7)
+    monkeypatch.setenv(native.NATIVE_ENV, "1")
+    device = SimDevice(Platform("sim", "cuda-h100"))
+    with torch.inference_mode(), device.stream(device.current_stream()):
+        device.mark_device(k_cache)
+        gathered = torch.index_select(k_cache, 0, index)
+        doubled = gathered.view(2, 7, -1) * 2  # a view, then an op that reads the rows
+    assert torch.equal(doubled, k_cache[index].view(2, 7, -1) * 2)
+
+
+@pytest.mark.usefixtures("one_torch_thread")
+def test_a_gather_read_after_its_step_holds_the_cache_rows(core, monkeypatch: pytest.MonkeyPatch) -> None:
+    k_cache, _, index = _paged_batch([4, 6, 2], 6)
+    monkeypatch.setenv(native.NATIVE_ENV, "1")
+    device = SimDevice(Platform("sim", "cuda-h100"))
+    with torch.inference_mode(), device.stream(device.current_stream()):
+        device.mark_device(k_cache)
+        gathered = torch.index_select(k_cache, 0, index)
+    assert torch.equal(gathered, k_cache[index])  # outside the step: nothing dispatches through the core
+
+
+@pytest.mark.usefixtures("one_torch_thread")
+def test_a_gather_holds_the_rows_from_before_a_later_write_to_its_source(core, monkeypatch: pytest.MonkeyPatch) -> None:
+    k_cache, _, index = _paged_batch([5, 5], 5)
+    before = k_cache[index].clone()
+    monkeypatch.setenv(native.NATIVE_ENV, "1")
+    device = SimDevice(Platform("sim", "cuda-h100"))
+    with torch.inference_mode(), device.stream(device.current_stream()):
+        device.mark_device(k_cache)
+        gathered = torch.index_select(k_cache, 0, index)
+        k_cache.index_copy_(0, index[:3], torch.zeros(3, 2, 40))  # the next token's K written, say
+        doubled = gathered * 2
+    assert torch.equal(doubled, before * 2)
