@@ -61,14 +61,22 @@ def test_inproc_disaggregation_matches_normal_loop(tiny_model, reference, overla
 @pytest.mark.parametrize("overlap", [False, pytest.param(True, marks=pytest.mark.slow)],
                          ids=["normal", "overlap"])
 def test_distributed_disaggregation_matches_normal_loop(tiny_model, reference, overlap) -> None:
-    """Two spawned processes over gloo; each rank checks its pools are leak-free before reporting."""
-    engine = tight_engine(tiny_model, overlap=overlap, disaggregation="torch.distributed")
-    outs = engine.generate(WORKLOAD.prompts, WORKLOAD.params)
-    assert len(outs) == len(reference)
-    verdicts = [same_or_near_tie(r, o) for r, o in zip(reference, outs)]
-    assert verdicts.count("near_tie") <= 3, verdicts  # timing flips a near-tie now and then, not many
-    assert sum(o.retractions for o in outs) > 0
-    assert sum(o.cached_tokens for o in outs) > 0
+    """Two spawned processes over gloo; each rank checks its pools are leak-free before reporting.
+    Whether the decode side retracts depends on how many handoffs have arrived when it runs short
+    (on a loaded CI machine one run had no retraction at all): up to three runs, every one checked,
+    until one retracts."""
+    retracted = []
+    for _ in range(3):
+        engine = tight_engine(tiny_model, overlap=overlap, disaggregation="torch.distributed")
+        outs = engine.generate(WORKLOAD.prompts, WORKLOAD.params)
+        assert len(outs) == len(reference)
+        verdicts = [same_or_near_tie(r, o) for r, o in zip(reference, outs)]
+        assert verdicts.count("near_tie") <= 3, verdicts  # timing flips a near-tie now and then, not many
+        assert sum(o.cached_tokens for o in outs) > 0
+        retracted.append(sum(o.retractions for o in outs))
+        if retracted[-1] > 0:
+            break
+    assert retracted[-1] > 0, f"no run retracted on the decode side: {retracted}"
 
 
 def test_unknown_disaggregation_backend_is_refused(tiny_model) -> None:
