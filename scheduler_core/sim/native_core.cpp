@@ -766,32 +766,16 @@ class Recorder {
     auto k = gathered_.find(storage_key(keys));
     auto v = gathered_.find(storage_key(values));
     if (k == gathered_.end() || v == gathered_.end() || k->second.out.expired() || v->second.out.expired() ||
-        keys.storage_offset() != 0 || values.storage_offset() != 0 || !k->second.index.equal(v->second.index))
+        keys.storage_offset() != 0 || values.storage_offset() != 0 || !k->second.index.equal(v->second.index) ||
+        !decode_batch(q, keys, values, mask))
       return std::nullopt;
-    if (!mask.defined() || mask.scalar_type() != at::kBool || q.dim() != 4 || q.size(2) != 1 || keys.dim() != 4 ||
-        keys.sizes() != values.sizes() || mask.dim() != 4 || mask.size(0) != q.size(0) || mask.size(1) != 1 ||
-        mask.size(2) != 1 || mask.size(3) != keys.size(2) || !mask.is_contiguous())
-      return std::nullopt;
-    if (!q.device().is_cpu() || q.scalar_type() != at::kFloat || at::get_num_threads() != 1) return std::nullopt;
-    int64_t batch = q.size(0), heads = q.size(1), head_dim = q.size(3), span = keys.size(2);
+    int64_t batch = q.size(0), span = keys.size(2);
     const at::Tensor& k_cache = k->second.source;
     const at::Tensor& v_cache = v->second.source;
-    at::Tensor rows_k = keys.transpose(1, 2), rows_v = values.transpose(1, 2);  // [B, S, kv_heads, head_dim]
-    if (!rows_k.is_contiguous() || !rows_v.is_contiguous() || k_cache.sizes() != v_cache.sizes() ||
-        k_cache.size(2) != head_dim || k->second.index.numel() != batch * span ||
-        rows_k.size(2) != k_cache.size(1))
+    if (k_cache.sizes() != v_cache.sizes() || k_cache.size(2) != q.size(3) || k->second.index.numel() != batch * span ||
+        keys.size(1) != k_cache.size(1))
       return std::nullopt;
-    at::Tensor lens = at::empty({batch}, at::TensorOptions().dtype(at::kLong));
-    if (prefix_lengths_(mask.data_ptr(), batch, span, lens.data_ptr<int64_t>()) != 0) return std::nullopt;
-    at::Tensor slots = k->second.index.view({batch, span});
-    at::Tensor q_rows = q.reshape({batch, heads, head_dim}).contiguous();
-    at::Tensor out = at::empty({batch, heads * head_dim}, at::TensorOptions().dtype(q.scalar_type()));
-    float scale = static_cast<float>(std::pow(static_cast<double>(head_dim), -0.5));  // as gathered_attention's
-    if (attention_kernel_(q_rows.data_ptr<float>(), k_cache.data_ptr<float>(), v_cache.data_ptr<float>(),
-                          slots.data_ptr<int64_t>(), lens.data_ptr<int64_t>(), out.data_ptr<float>(), batch, heads,
-                          k_cache.size(1), head_dim, slots.stride(0), scale) != 0)
-      throw std::runtime_error("decode_attention: no memory for the scores");
-    return out.view({batch, 1, heads, head_dim}).transpose(1, 2);
+    return attend(q, k_cache, v_cache, k->second.index.view({batch, span}), mask);
   }
 
   // Copy the rows of every deferred gather whose output or source is among these arguments: before
@@ -835,26 +819,39 @@ class Recorder {
   // the Python function returns None.
   std::optional<at::Tensor> gathered_attention(const at::Tensor& q, const at::Tensor& keys, const at::Tensor& values,
                                                const at::Tensor& mask) {
-    if (!mask.defined() || mask.scalar_type() != at::kBool || q.dim() != 4 || q.size(2) != 1 || keys.dim() != 4 ||
-        keys.sizes() != values.sizes() || mask.dim() != 4 || mask.size(0) != q.size(0) || mask.size(1) != 1 ||
-        mask.size(2) != 1 || mask.size(3) != keys.size(2))
-      return std::nullopt;
-    // ``applies``: fp32 on the CPU, one torch thread (the kernel is built: this recorder has it).
-    if (!q.device().is_cpu() || q.scalar_type() != at::kFloat || keys.scalar_type() != at::kFloat ||
-        at::get_num_threads() != 1)
-      return std::nullopt;
-    int64_t batch = q.size(0), heads = q.size(1), head_dim = q.size(3), span = keys.size(2);
-    at::Tensor rows_k = keys.transpose(1, 2), rows_v = values.transpose(1, 2);  // [B, S, kv_heads, head_dim]
-    if (!rows_k.is_contiguous() || !rows_v.is_contiguous() || !mask.is_contiguous()) return std::nullopt;
-    at::Tensor lens = at::empty({batch}, at::TensorOptions().dtype(at::kLong));
-    if (prefix_lengths_(mask.data_ptr(), batch, span, lens.data_ptr<int64_t>()) != 0) return std::nullopt;
+    if (!decode_batch(q, keys, values, mask)) return std::nullopt;
+    int64_t batch = q.size(0), head_dim = q.size(3), span = keys.size(2);
     auto cached = slots_.find({batch, span});
     if (cached == slots_.end())  // row b's keys are gathered rows b * span ...
       cached = slots_.emplace(std::make_pair(batch, span), at::arange(batch * span).view({batch, span})).first;
-    const at::Tensor& slots = cached->second;
+    // [B, kv_heads, S, head_dim] views of gathered [B, S, kv_heads, head_dim] rows, as rows.
+    return attend(q, keys.transpose(1, 2).view({batch * span, -1, head_dim}),
+                  values.transpose(1, 2).view({batch * span, -1, head_dim}), cached->second, mask);
+  }
+
+  // What both routes check (``gathered_decode_attention``'s checks and ``applies``): a decode batch's
+  // q [B, heads, 1, head_dim], keys and values transposed views of [B, S, kv_heads, head_dim] rows,
+  // a boolean [B, 1, 1, S] mask; fp32 on the CPU, one torch thread.
+  static bool decode_batch(const at::Tensor& q, const at::Tensor& keys, const at::Tensor& values,
+                           const at::Tensor& mask) {
+    if (!mask.defined() || mask.scalar_type() != at::kBool || q.dim() != 4 || q.size(2) != 1 || keys.dim() != 4 ||
+        keys.sizes() != values.sizes() || mask.dim() != 4 || mask.size(0) != q.size(0) || mask.size(1) != 1 ||
+        mask.size(2) != 1 || mask.size(3) != keys.size(2))
+      return false;
+    if (!q.device().is_cpu() || q.scalar_type() != at::kFloat || keys.scalar_type() != at::kFloat ||
+        at::get_num_threads() != 1)
+      return false;
+    return keys.transpose(1, 2).is_contiguous() && values.transpose(1, 2).is_contiguous() && mask.is_contiguous();
+  }
+
+  // The kernel over rows ``slots`` of k and v ([rows, kv_heads, head_dim]), each request's length
+  // from the mask's prefix; SDPA's [B, heads, 1, head_dim]. nullopt where the mask is no prefix.
+  std::optional<at::Tensor> attend(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                                   const at::Tensor& slots, const at::Tensor& mask) {
+    int64_t batch = q.size(0), heads = q.size(1), head_dim = q.size(3), span = mask.size(3);
+    at::Tensor lens = at::empty({batch}, at::TensorOptions().dtype(at::kLong));
+    if (prefix_lengths_(mask.data_ptr(), batch, span, lens.data_ptr<int64_t>()) != 0) return std::nullopt;
     at::Tensor q_rows = q.reshape({batch, heads, head_dim}).contiguous();
-    at::Tensor k = rows_k.view({batch * span, -1, head_dim}).contiguous();
-    at::Tensor v = rows_v.view({batch * span, -1, head_dim}).contiguous();
     at::Tensor out = at::empty({batch, heads * head_dim}, at::TensorOptions().dtype(q.scalar_type()));
     float scale = static_cast<float>(std::pow(static_cast<double>(head_dim), -0.5));  // Python's head_dim ** -0.5
     if (attention_kernel_(q_rows.data_ptr<float>(), k.data_ptr<float>(), v.data_ptr<float>(), slots.data_ptr<int64_t>(),
