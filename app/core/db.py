@@ -44,10 +44,11 @@ def database_problem(url: str, exc: Exception) -> str:
 def make_engine(url: str) -> Engine:
     parsed = make_url(url)
     if parsed.get_backend_name() == "sqlite":
+        gate = None
         if parsed.database and parsed.database != ":memory:":
             Path(parsed.database).parent.mkdir(parents=True, exist_ok=True)
+            gate = gate_for(parsed.database, SQLITE_BUSY_S)
         engine = create_engine(url, connect_args={"timeout": SQLITE_BUSY_S, "check_same_thread": False})
-        gate = gate_for(parsed.database, SQLITE_BUSY_S) if parsed.database and parsed.database != ":memory:" else None
 
         @event.listens_for(engine, "connect")
         def _sqlite_pragmas(dbapi_connection, _record) -> None:  # type: ignore[no-untyped-def]

@@ -53,10 +53,6 @@ class WriteGate:
             self._holder = None
             self._lock.release()
 
-    @property
-    def held(self) -> bool:
-        return self._holder is not None
-
 
 _gates: dict[str, WriteGate] = {}
 

@@ -98,7 +98,6 @@ def _superseded(session: Session, row: PullRequestWrite) -> bool:
 class _Write:
     """What sending one write needs, read in a transaction and used outside it: the network
     calls hold no transaction (on SQLite one holds the write lock of every process)."""
-    row_id: int
     kind: str
     body: dict[str, Any]
     api: str
@@ -126,7 +125,7 @@ def _prepare(session: Session, settings: Settings, row: PullRequestWrite) -> _Wr
     elif row.kind == "comment":
         state = session.get(PullRequestGitHub, pull.id)
         comment_id = state.comment_id if state is not None else None
-    return _Write(row_id=row.id, kind=row.kind, body=dict(row.body), api=f"{settings.github_api_url}/repos/{repository.name}",
+    return _Write(kind=row.kind, body=dict(row.body), api=f"{settings.github_api_url}/repos/{repository.name}",
                   number=pull.number, installation_id=app_auth.installation_for(session, repository.id),
                   check_run_id=check_run_id, head_sha=head_sha, comment_id=comment_id)
 
