@@ -17,21 +17,21 @@ def settings() -> Settings:
     return current_app.extensions["parallax.settings"]
 
 
-EARLY_BODY_BYTES = 1_000_000  # the JSON bodies' cap: a small body is read before the handler runs
+JSON_BODY_BYTES = 1_000_000  # a JSON body's cap; a body up to it is also read before the handler runs
 
 
 def read_small_body_first() -> None:
-    """A request's small body (a declared length up to EARLY_BODY_BYTES), read before the
+    """A request's small body (a declared length up to JSON_BODY_BYTES), read before the
     handler checks tokens: a client sending its body slowly then holds no database transaction
     while it does (on SQLite every transaction holds the write lock). Larger or chunked bodies
     are read by their handlers, after the tokens. Kept where werkzeug keeps it, so forms parse
     from it as well."""
     length = request.content_length
-    if length is not None and 0 < length <= EARLY_BODY_BYTES:
+    if length is not None and 0 < length <= JSON_BODY_BYTES:
         request.environ["parallax.body"] = request.get_data(cache=True)
 
 
-def json_body(*, required: bool = True, max_bytes: int = 1_000_000) -> dict[str, Any]:
+def json_body(*, required: bool = True, max_bytes: int = JSON_BODY_BYTES) -> dict[str, Any]:
     """The request body as a JSON object: 413 over `max_bytes`, 400 when malformed, 422 naming
     the field when a string in it is not valid Unicode."""
     raw = read_body(max_bytes)
