@@ -154,9 +154,14 @@ static inline __attribute__((always_inline)) void column_pair(const int rows, co
         const __m512 d0 = _mm512_loadu_ps(scales0), m0 = _mm512_loadu_ps(scales0 + COLUMNS);
         const __m512 d1 = _mm512_loadu_ps(scales1), m1 = _mm512_loadu_ps(scales1 + COLUMNS);
         const float *xk = x + kb * SCALE_BLOCK;
+        /* The next pair's k block, a pair ahead (36 k blocks for SmolLM2, about 14-23 KB): asked
+         * for within each stream, 8 blocks ahead as column_block does, the first 8 blocks of every
+         * second column block were never asked for (the stream ahead of `block` runs into
+         * `block1`'s, which is read already), and a 13-row LM head took 4.9 ms against 3.7
+         * (bench/block_kernel_ab.py, docs/engine.md). */
         for (int64_t line = 0; line < stride; line += 64) {
-            _mm_prefetch((const char *)(block + PREFETCH_BLOCKS * stride + line), _MM_HINT_T0);
-            _mm_prefetch((const char *)(block1 + PREFETCH_BLOCKS * stride + line), _MM_HINT_T0);
+            _mm_prefetch((const char *)(block + 2 * column_stride + line), _MM_HINT_T0);
+            _mm_prefetch((const char *)(block1 + 2 * column_stride + line), _MM_HINT_T0);
         }
         if (bits == 4) {
             for (int g = 0; g < SCALE_BLOCK / 2; g++) {
