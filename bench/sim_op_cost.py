@@ -17,7 +17,6 @@ import sys
 import time
 from contextlib import contextmanager
 from pathlib import Path
-from types import SimpleNamespace
 from typing import Any, Callable, Iterator
 
 import torch
@@ -57,9 +56,19 @@ class _Bare(sim_device._OpRecorder):
     recorded, timed or checked: the price of the Python dispatch itself."""
 
     def __init__(self, device: Any = None) -> None:
-        super().__init__(SimpleNamespace(_measure_host=False, _paused=True,  # type: ignore[arg-type]
-                                         _prepacked_linear=prepacked_projections(),
-                                         _native_attention=native_decode_attention()))
+        # The recorder holds its device by weak reference: this one must outlive it.
+        self._paused_device = _PausedDevice()
+        super().__init__(self._paused_device)  # type: ignore[arg-type]
+
+
+class _PausedDevice:
+    """What `_Bare`'s recorder reads of its device: always paused, the plain run's kernels."""
+
+    def __init__(self) -> None:
+        self._measure_host = False
+        self._paused = True
+        self._prepacked_linear = prepacked_projections()
+        self._native_attention = native_decode_attention()
 
 
 def best(fn: Callable[[], float], repeats: int) -> float:
