@@ -12,11 +12,9 @@ import time
 import pytest
 import requests
 
-from app.auth.tokens import create_registration_token
 from app.demo.service_process import ServiceProcess
-from app.web import create_app
 from tests.support.github import SECRET, webhook_headers
-from tests.support.settings import make_settings
+from tests.support.service_api import registration_token_at
 
 THREADS = 4
 LONG_POLLS = 12 * THREADS
@@ -25,14 +23,6 @@ WAIT_S = 30
 ANSWER_S = 10
 PUSH = {"ref": "refs/heads/main", "before": "1" * 40, "after": "2" * 40, "commits": [],
         "repository": {"full_name": "fleet/not-tracked", "clone_url": "https://github.com/fleet/not-tracked.git"}}
-
-
-def registration_token(url: str) -> str:
-    database = create_app(make_settings(url)).extensions["parallax.db"]
-    with database.session() as session:
-        token = create_registration_token(session)
-    database.engine.dispose()
-    return token
 
 
 def start_long_polls(base: str, registration: str, count: int) -> tuple[list[threading.Thread], list[int]]:
@@ -63,7 +53,7 @@ def long_polls_waiting(base: str) -> float:
 
 @pytest.mark.slow
 def test_health_and_webhooks_answer_while_long_polls_outnumber_threads(database_url: str) -> None:
-    registration = registration_token(database_url)
+    registration = registration_token_at(database_url)
     env = {"PARALLAX_DATABASE_URL": database_url, "PARALLAX_GITHUB_WEBHOOK_SECRET": SECRET,
            "PARALLAX_LOG_LEVEL": "WARNING"}
     with ServiceProcess(env, workers=1, args=["--threads", str(THREADS)]) as service:

@@ -11,7 +11,7 @@ import pytest
 import requests
 
 from app.demo.service_process import ServiceProcess
-from tests.fleet.test_longpoll_capacity import registration_token
+from tests.support.service_api import registration_token_at
 
 ANSWER_S = 20  # under SQLite's busy timeout (30 s): a request that waited for the slow one fails first
 
@@ -23,7 +23,7 @@ def register(base: str, registration: str, name: str) -> requests.Response:
 
 @pytest.mark.slow
 def test_a_client_holding_back_its_body_does_not_hold_the_database(sqlite_url: str) -> None:
-    registration = registration_token(sqlite_url)
+    registration = registration_token_at(sqlite_url)
     env = {"PARALLAX_DATABASE_URL": sqlite_url, "PARALLAX_LOG_LEVEL": "WARNING"}
     with ServiceProcess(env, workers=1) as service:
         body = json.dumps({"name": "slow", "labels": {"platform": "cpu"}}).encode()

@@ -4,7 +4,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from tests.support.settings import ADMIN_TOKEN
+from tests.support.settings import ADMIN_TOKEN, make_settings
 
 SHA_A = "a" * 40
 SHA_B = "b" * 40
@@ -34,6 +34,17 @@ def registration_token(app) -> str:  # type: ignore[no-untyped-def]
     from app.auth.tokens import create_registration_token
     with app.extensions["parallax.db"].session() as session:
         return create_registration_token(session, "test")
+
+
+def registration_token_at(url: str) -> str:
+    """A registration token in the database at ``url``, for a service running in another process."""
+    from app.auth.tokens import create_registration_token
+    from app.web import create_app
+    database = create_app(make_settings(url)).extensions["parallax.db"]
+    with database.session() as session:
+        token = create_registration_token(session)
+    database.engine.dispose()
+    return token
 
 
 def register(client, app, platform: str = "cpu", name: str = "runner-1", **labels: str) -> dict[str, str]:  # type: ignore[no-untyped-def]
