@@ -110,14 +110,21 @@ MUTANTS = (
 )
 
 
-def copy_tree(root: Path) -> Path:
+# A cache entry being written: Python and pytest write `X.pyc.<number>`, then rename it to `X.pyc`.
+# Another worker's import can write one while the tree is copied: listed, then gone before its copy
+# (a CI run failed so, "No such file or directory" on `bisect.cpython-311.pyc.140348747836960`).
+CACHE_ENTRY_IN_FLIGHT = "*.pyc.*"
+
+
+def copy_tree(root: Path, source_root: Path = REPO_ROOT) -> Path:
     """The tree with the bytecode caches the run has written so far: `copytree` keeps each file's
     modification time, so a cache entry still matches its unchanged source and the child does not
-    compile or assert-rewrite those modules again (about 0.4 CPU-s a run)."""
+    compile or assert-rewrite those modules again (about 0.4 CPU-s a run). Entries still being
+    written are left out."""
     for name in TREE:
-        source = REPO_ROOT / name
+        source = source_root / name
         if source.is_dir():
-            shutil.copytree(source, root / name)
+            shutil.copytree(source, root / name, ignore=shutil.ignore_patterns(CACHE_ENTRY_IN_FLIGHT))
         else:
             shutil.copy(source, root / name)
     return root
@@ -209,3 +216,18 @@ def test_the_guarding_tests_pass_on_an_unmutated_copy(tmp_path: Path, zygote: Zy
     assert code == 0, output
     summary = output.strip().splitlines()[-1]
     assert re.fullmatch(r"\d+ passed in .*", summary), output  # nothing skipped, deselected or failed
+
+
+def test_the_copy_leaves_out_cache_entries_still_being_written(tmp_path: Path) -> None:
+    """A worker's import may be writing `X.pyc.<number>` while the tree is copied; it can vanish
+    between the listing and its copy, so the copy never takes one (finished entries it keeps)."""
+    source = tmp_path / "source"
+    directories = [name for name in TREE if not name.endswith(".toml")]
+    for name in directories:
+        cache = source / name / "__pycache__"
+        cache.mkdir(parents=True)
+        (cache / "module.cpython-311.pyc").write_bytes(b"finished")
+        (cache / "module.cpython-311.pyc.140348747836960").write_bytes(b"being written")
+    (source / "pyproject.toml").write_text("")
+    copied = copy_tree(tmp_path / "copy", source_root=source)
+    assert sorted(p.name for p in copied.rglob("*.pyc*")) == ["module.cpython-311.pyc"] * len(directories)
