@@ -43,7 +43,7 @@ def kernel_at(revision: str, directory: Path) -> ctypes.CDLL:
         (directory / Path(source).name).write_bytes(shown.stdout)
     try:
         path = native_build.build(directory / "block_linear.c", block_linear.FLAGS, directory=directory)
-        return native_build.load(path, block_linear._declare)
+        return native_build.load(path, block_linear.declare)
     except KernelUnavailable as e:
         raise SystemExit(f"the kernel at {revision} does not build here: {e}") from e
 

@@ -54,7 +54,9 @@ def cpu_has_avx512() -> bool:
     return platform.machine() == "x86_64" and "avx512f" in native_build.cpu_flags_line().split()
 
 
-def _declare(library: ctypes.CDLL) -> None:
+def declare(library: ctypes.CDLL) -> None:
+    """The C functions' argument and result types on a loaded build of the kernel (this tree's, or
+    another revision's in `bench/block_kernel_ab.py`)."""
     pointer, size = ctypes.c_void_p, ctypes.c_int64
     library.parallax_blocks_find.argtypes = [pointer, size, size, pointer, pointer]
     library.parallax_blocks_find.restype = ctypes.c_int
@@ -74,7 +76,7 @@ def library() -> ctypes.CDLL | None:
         log.info("block-scaled projections stay on oneDNN: this CPU has no AVX-512 (avx512f in /proc/cpuinfo)")
         return None
     try:
-        lib = native_build.build_and_load(SOURCE, FLAGS, _declare)
+        lib = native_build.build_and_load(SOURCE, FLAGS, declare)
     except KernelUnavailable as e:
         log.warning("block-scaled projections stay on oneDNN: %s", e)
         return None
