@@ -27,7 +27,7 @@
 /* Rows per pass over a pair of column blocks: two accumulators a row, plus the two blocks' weights,
  * d and m, the 4-bit mask and the broadcast x, in AVX-512's 32 registers. */
 #define PAIR_MAX_ROWS 12
-#define PREFETCH_BLOCKS 8  /* how far ahead, in k blocks, the weight is asked for from memory */
+#define PREFETCH_BLOCKS 8  /* how far ahead, in k blocks, a lone column block asks for its weight */
 
 /* Bytes of one k block of one column block in the packed layout: the q of 32 k x 16 columns, then
  * the 16 d and the 16 m. */
@@ -154,11 +154,12 @@ static inline __attribute__((always_inline)) void column_pair(const int rows, co
         const __m512 d0 = _mm512_loadu_ps(scales0), m0 = _mm512_loadu_ps(scales0 + COLUMNS);
         const __m512 d1 = _mm512_loadu_ps(scales1), m1 = _mm512_loadu_ps(scales1 + COLUMNS);
         const float *xk = x + kb * SCALE_BLOCK;
-        /* The next pair's k block, a pair ahead (36 k blocks for SmolLM2, about 14-23 KB): asked
-         * for within each stream, 8 blocks ahead as column_block does, the first 8 blocks of every
-         * second column block were never asked for (the stream ahead of `block` runs into
-         * `block1`'s, which is read already), and a 13-row LM head took 4.9 ms against 3.7
-         * (bench/block_kernel_ab.py, docs/engine.md). */
+        /* The next pair's k block, a pair ahead (14 KB for SmolLM2's 4-bit weights of k 576, 23 KB
+         * for its 8-bit LM head, 36 KB for its down projection of k 1536). Asked for within each
+         * stream, 8 blocks ahead as column_block does, the first 8 blocks of every second column
+         * block never were (the stream ahead of `block` runs into `block1`'s, which is read
+         * already), and a 13-row LM head took 4.9 ms against 3.7 (bench/block_kernel_ab.py,
+         * docs/engine.md). */
         for (int64_t line = 0; line < stride; line += 64) {
             _mm_prefetch((const char *)(block + 2 * column_stride + line), _MM_HINT_T0);
             _mm_prefetch((const char *)(block1 + 2 * column_stride + line), _MM_HINT_T0);
