@@ -51,6 +51,15 @@ def gsm8k_dir(explicit: str | None) -> Path:
     return resolve_data(explicit or (str(shared) if shared.is_dir() else None))
 
 
+def gsm8k_workload(count: int, min_output: int, max_output: int, seed: int,
+                   data: str | None = None) -> tuple[list[str], list[int]]:
+    """The first ``count`` GSM8k questions as prompts and their seeded output lengths."""
+    questions = load_jsonl(gsm8k_dir(data) / "test.jsonl")[:count]
+    prompts = [f"Question: {q['question']}\nAnswer:" for q in questions]
+    rng = random.Random(seed)
+    return prompts, [rng.randint(min_output, max_output) for _ in prompts]
+
+
 # scheduler_core.cpu_kernels.CPU_KERNELS_ENV, spelled out: overlap_cost.py runs this script in trees
 # from before that module.
 CPU_KERNELS_ENV = "PARALLAX_CPU_KERNELS"
@@ -132,10 +141,7 @@ def main() -> None:
     args = parser.parse_args()
     if args.threads:
         torch.set_num_threads(args.threads)
-    questions = load_jsonl(gsm8k_dir(args.data) / "test.jsonl")[: args.prompts]
-    prompts = [f"Question: {q['question']}\nAnswer:" for q in questions]
-    rng = random.Random(args.seed)
-    lengths = [rng.randint(args.min_output, args.max_output) for _ in prompts]
+    prompts, lengths = gsm8k_workload(args.prompts, args.min_output, args.max_output, args.seed, args.data)
     print(f"{len(prompts)} prompts, output lengths {args.min_output}-{args.max_output} (seed {args.seed}, "
           f"{sum(lengths)} tokens), batch {args.batch_size}, torch threads {torch.get_num_threads()}", file=sys.stderr)
     engine = run_engine(prompts, lengths, args.batch_size, overlap=not args.no_overlap, speculative=args.speculative)
