@@ -18,8 +18,8 @@
 /* Rows prefetched ahead: a request's slots are mostly, not always, consecutive. 8, not 2: the
  * kernel's share of a 64-prompt SmolLM2 run went from 2.01 to 1.58 s (two pairs, AMD EPYC). Near
  * the end of a request's keys the rows ahead are its first values, near the end of its values the
- * next request's first keys, so no pass starts on demand misses (1.55 -> 1.39-1.43 s, AMD EPYC
- * family 26, one A/B/A). */
+ * next request's first keys, so no pass starts on demand misses (bench/engine_breakdown.py's
+ * decode attention, AMD EPYC family 26, four A/B pairs: median 1.70 -> 1.56 s). */
 #define PREFETCH_ROWS 8
 
 /* e^x for x <= 0 (a score minus the row's maximum): 2^n * e^r with |r| <= ln2 / 2, e^r by its
