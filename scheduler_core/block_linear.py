@@ -1,16 +1,18 @@
-"""fp32 projections with block-scaled weights read at 4 or 8 bits, on AVX-512 FMAs
+"""fp32 projections with block-scaled weights read at 4 or 8 bits, on AVX-512 or AVX2 FMAs
 (``block_linear.c``), for CPUs without AMX tiles (`scheduler_core.amx_linear` takes those).
 
 A quantised checkpoint's weights, dequantised to fp32, are d * q + m per 32 values of a row with
 small integers q (GGUF's Q4_1: q in 0..15; Q8_0: m = 0, |q| <= 127). A decode batch of a few dozen
-rows streams every weight once per step, and on a CPU whose AVX-512 FMAs outrun its memory that
+rows streams every weight once per step, and on a CPU whose FMAs outrun its memory that
 stream bounds the step: kept as q plus d and m per block, a projection is read at 0.75 bytes per
 value (4 bits) or 1.25 (8 bits) instead of 4. The kernel rebuilds each value as fma(q, d, m), which
 is the fp32 weight exactly, and multiplies in fp32: the result is an fp32 matmul's up to the order
 of the additions, and each row's is independent of the other rows of the batch.
 
 The kernel is used only where it applies:
-- the CPU has AVX-512 (``avx512f`` in /proc/cpuinfo) and the kernel builds;
+- the CPU has AVX-512 (``avx512f`` in /proc/cpuinfo), or AVX2 with FMA (``avx2`` and ``fma``), and
+  the kernel builds (the AVX2 build reads each block as two halves of 8 columns; the results are
+  the same bits);
 - the weight is fp32, block-scaled exactly (`pack` checks every block), with
   ``out_features % 16 == 0`` and ``in_features % 32 == 0``;
 - torch runs on one thread (the kernel is single-threaded; with more, oneDNN shares the work).
@@ -54,6 +56,12 @@ def cpu_has_avx512() -> bool:
     return platform.machine() == "x86_64" and "avx512f" in native_build.cpu_flags_line().split()
 
 
+def cpu_runs_kernel() -> bool:
+    """Whether the CPU has the vector FMAs the kernel is written for: AVX-512, or AVX2 with FMA."""
+    flags = native_build.cpu_flags_line().split()
+    return platform.machine() == "x86_64" and ("avx512f" in flags or {"avx2", "fma"} <= set(flags))
+
+
 def declare(library: ctypes.CDLL) -> None:
     """The C functions' argument and result types on a loaded build of the kernel (this tree's, or
     another revision's in `bench/block_kernel_ab.py`)."""
@@ -71,16 +79,18 @@ def declare(library: ctypes.CDLL) -> None:
 @functools.cache
 def library() -> ctypes.CDLL | None:
     """The loaded kernel, built on first use; None (logged once, with the reason) where the CPU has
-    no AVX-512 or the kernel cannot be built."""
-    if not cpu_has_avx512():
-        log.info("block-scaled projections stay on oneDNN: this CPU has no AVX-512 (avx512f in /proc/cpuinfo)")
+    neither AVX-512 nor AVX2 with FMA, or the kernel cannot be built."""
+    if not cpu_runs_kernel():
+        log.info("block-scaled projections stay on oneDNN: this CPU has neither AVX-512 nor AVX2 with FMA "
+                 "(avx512f, avx2 and fma in /proc/cpuinfo)")
         return None
     try:
         lib = native_build.build_and_load(SOURCE, FLAGS, declare)
     except KernelUnavailable as e:
         log.warning("block-scaled projections stay on oneDNN: %s", e)
         return None
-    log.info("block-scaled fp32 projections read at 4 or 8 bits on AVX-512 (%s)", Path(lib._name).name)
+    log.info("block-scaled fp32 projections read at 4 or 8 bits on %s (%s)",
+             "AVX-512" if cpu_has_avx512() else "AVX2", Path(lib._name).name)
     return lib
 
 
@@ -89,8 +99,8 @@ def shape_fits(weight: torch.Tensor) -> bool:
 
 
 def pack(weight: torch.Tensor) -> BlockWeight | None:
-    """The weight in the kernel's layout, or None where the kernel does not take it (no AVX-512, not
-    fp32, not whole blocks, or some block not d * q + m exactly)."""
+    """The weight in the kernel's layout, or None where the kernel does not take it (no AVX-512 or
+    AVX2 with FMA, not fp32, not whole blocks, or some block not d * q + m exactly)."""
     lib = library()
     if lib is None or weight.dtype != torch.float32 or not shape_fits(weight):
         return None

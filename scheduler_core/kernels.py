@@ -19,7 +19,7 @@ from scheduler_core.sim import native
 
 PIECES: tuple[tuple[str, Callable[[], Any]], ...] = (
     ("decode attention (C)", decode_attention.library),
-    ("block-scaled projections (C, AVX-512)", block_linear.library),
+    ("block-scaled projections (C, AVX-512 or AVX2)", block_linear.library),
     ("AMX projections (C)", amx_linear.library),
     ("the simulator's core (C++)", native.core),
 )

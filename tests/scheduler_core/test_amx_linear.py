@@ -113,7 +113,7 @@ def test_the_engine_multiplies_on_amx_on_one_thread_only(monkeypatch: pytest.Mon
     packed = amx_linear.pack(weight)
     expected = amx_linear.linear(x, packed)
     monkeypatch.setenv(CPU_KERNELS_ENV, "native")
-    check_the_kernel_serves_one_torch_thread_only(x, weight, expected)
+    check_the_kernel_serves_one_torch_thread_only(amx_linear, x, weight, expected, monkeypatch)
     monkeypatch.setenv(CPU_KERNELS_ENV, "no-amx")
     assert not torch.equal(cpu_kernels.linear(x, weight), expected)
 

@@ -15,7 +15,7 @@ from scheduler_core.cpu_kernels import CPU_KERNELS_ENV
 from tests.support import weights
 
 # Only a CPU without AVX-512 skips: where it has it, a kernel that fails to build fails these tests.
-needs_avx512 = pytest.mark.skipif(not block_linear.cpu_has_avx512(), reason="this CPU has no AVX-512")
+needs_avx512 = pytest.mark.skipif(not block_linear.cpu_runs_kernel(), reason="this CPU has neither AVX-512 nor AVX2 with FMA")
 BLOCKS = {"q4_1-like": False, "q8_0-like": True}
 
 
@@ -110,30 +110,46 @@ def test_the_engine_multiplies_block_scaled_weights_on_the_kernel_on_one_thread(
     weight, x = weights.block_weight(1536, 576), torch.randn(16, 576)
     expected = block_linear.linear(x, block_linear.pack(weight))
     monkeypatch.setenv(CPU_KERNELS_ENV, choice)
-    weights.check_the_kernel_serves_one_torch_thread_only(x, weight, expected)
+    weights.check_the_kernel_serves_one_torch_thread_only(block_linear, x, weight, expected, monkeypatch)
+
+
+@pytest.fixture
+def kernel_calls(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """The rows of each call `cpu_kernels.linear` makes to the block kernel. Counted, not told apart
+    by bits: on AVX2, oneDNN's small-batch sum adds in k order as the kernel does, and the bits agree."""
+    calls: list[int] = []
+    served = block_linear.linear
+
+    def counted(x: torch.Tensor, packed: block_linear.BlockWeight) -> torch.Tensor:
+        calls.append(x.numel() // x.shape[-1])
+        return served(x, packed)
+    monkeypatch.setattr(block_linear, "linear", counted)
+    return calls
 
 
 @needs_avx512
 @pytest.mark.usefixtures("one_torch_thread")
-def test_more_rows_than_a_decode_batch_stay_on_onednn(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_more_rows_than_a_decode_batch_stay_on_onednn(monkeypatch: pytest.MonkeyPatch, kernel_calls: list[int]) -> None:
     monkeypatch.setattr(cpu_kernels.amx_linear, "pack", lambda weight: None)
     monkeypatch.setenv(CPU_KERNELS_ENV, "native")
     weight = weights.block_weight(1536, 576)
     packed, onednn = block_linear.pack(weight), torch.ops.mkldnn._reorder_linear_weight(weight, 16)
     decode, prefill = torch.randn(cpu_kernels.BLOCK_ROWS_MAX, 576), torch.randn(cpu_kernels.BLOCK_ROWS_MAX + 1, 576)
-    assert torch.equal(cpu_kernels.linear(decode, weight), block_linear.linear(decode, packed))
+    expected = block_linear.linear(decode, packed)
+    assert torch.equal(cpu_kernels.linear(decode, weight), expected)
     assert torch.equal(cpu_kernels.linear(prefill, weight),
                        torch.ops.mkldnn._linear_pointwise(prefill, onednn, None, "none", [], ""))
+    assert kernel_calls == [cpu_kernels.BLOCK_ROWS_MAX] * 2  # the expected result's and the decode batch's
 
 
 @needs_avx512
 @pytest.mark.usefixtures("one_torch_thread")
-def test_the_no_blocks_choice_keeps_onednn(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_the_no_blocks_choice_keeps_onednn(monkeypatch: pytest.MonkeyPatch, kernel_calls: list[int]) -> None:
     weight, x = weights.block_weight(1536, 576), torch.randn(16, 576)
     expected = block_linear.linear(x, block_linear.pack(weight))
     monkeypatch.setenv(CPU_KERNELS_ENV, "no-blocks")
     result = cpu_kernels.linear(x, weight)
-    assert not torch.equal(result, expected)
+    assert kernel_calls == [16]  # the expected result's only
     torch.testing.assert_close(result, expected, rtol=1e-4, atol=1e-4)
     assert cpu_kernels.native_decode_attention()
 

@@ -88,8 +88,9 @@ def test_an_unknown_kernel_choice_is_refused_by_name(monkeypatch: pytest.MonkeyP
 
 @pytest.mark.parametrize(("kernel", "flags", "reason"), [
     (amx_linear, "fpu sse2 avx2 avx512f", "this CPU has no AMX bf16 tiles"),
-    (block_linear, "fpu sse2 avx2 fma", "this CPU has no AVX-512"),
-], ids=["amx", "avx512-blocks"])
+    (block_linear, "fpu sse2 avx", "this CPU has neither AVX-512 nor AVX2 with FMA"),
+    (block_linear, "fpu sse2 avx2", "this CPU has neither AVX-512 nor AVX2 with FMA"),
+], ids=["amx", "blocks-avx", "blocks-avx2-without-fma"])
 @pytest.mark.usefixtures("one_torch_thread")  # where `linear` asks the kernels (as under xdist)
 def test_a_kernel_the_cpu_cannot_run_says_why_and_projections_stay_on_onednn(
         kernel: ModuleType, flags: str, reason: str, monkeypatch: pytest.MonkeyPatch,
