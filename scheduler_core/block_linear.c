@@ -242,96 +242,105 @@ void parallax_blocks_linear(const float *x, int64_t m, int64_t k, const uint8_t 
 #elif defined(__AVX2__) && defined(__FMA__)
 
 /* AVX2: 8 fp32 per register and 16 registers. Each column block of the same packed layout is read
- * as two halves of 8 columns, one accumulator per row of a pass: 12 rows, the rebuilt weight, the
- * broadcast x, d and m fill the 16 registers (the 4-bit mask is read from memory where the
- * compiler runs short). Each output still adds its products in k order from zero, one FMA per k,
- * so the results are the AVX-512 kernel's bit for bit. On an AMD EPYC with AVX2 only, oneDNN's
- * fp32 inner product ran a 13-row decode batch at 17-26 GFLOP/s against its 60 at 2048 rows:
- * its weights come from memory at 4 bytes a value (bench/engine_breakdown.py, docs/engine.md). */
+ * as two halves of 8 columns, both in one pass: two accumulators a row for 6 rows, the two halves'
+ * rebuilt weights and the broadcast x fill the 16 registers (d, m and the 4-bit mask are read from
+ * memory). Each output still adds its products in k order from zero, one FMA per k, so the results
+ * are the AVX-512 kernel's bit for bit. On an AMD EPYC with AVX2 only, oneDNN's fp32 inner product
+ * ran the engine's decode batches of about 13 rows at 17-26 GFLOP/s against its 60 at 2048 rows
+ * (bench/engine_breakdown.py, bench/roofline.py; docs/engine.md). */
 #define HALF 8
-#define MAX_ROWS 12
+#define MAX_ROWS 6
 
-#define ADD_PRODUCTS(ROWS, acc, x, k, kk, w)                                               \
-    do {                                                                                   \
-        _Pragma("GCC unroll 12") for (int r = 0; r < (ROWS); r++)                          \
-            acc[r] = _mm256_fmadd_ps(_mm256_broadcast_ss(&(x)[r * (k) + (kk)]), (w), acc[r]); \
+/* acc[r][0] += x[r, kk] * w0 and acc[r][1] += x[r, kk] * w1: one broadcast of x for two FMAs. */
+#define ADD_PAIR_PRODUCTS(ROWS, acc, x, k, kk, w0, w1)                                 \
+    do {                                                                               \
+        _Pragma("GCC unroll 8") for (int r = 0; r < (ROWS); r++) {                     \
+            const __m256 xr = _mm256_broadcast_ss(&(x)[r * (k) + (kk)]);               \
+            acc[r][0] = _mm256_fmadd_ps(xr, (w0), acc[r][0]);                          \
+            acc[r][1] = _mm256_fmadd_ps(xr, (w1), acc[r][1]);                          \
+        }                                                                              \
     } while (0)
 
-/* Half `half` (columns 8 * half .. 8 * half + 7) of one column block for ROWS rows of x, asking for
- * the next column block's k block as it goes (a column block is read from memory by its first pass
- * and from the cache by the other three or more). */
-static inline __attribute__((always_inline)) void half_block(const int rows, const float *x, int64_t k,
-                                                             const uint8_t *block, int64_t column_stride,
-                                                             int half, int bits, float *out, int64_t n) {
-    __m256 acc[MAX_ROWS];
-    _Pragma("GCC unroll 12") for (int r = 0; r < rows; r++) acc[r] = _mm256_setzero_ps();
+/* The 8 values of one half of a column block at one k, rebuilt: fma(q, d, m). */
+static inline __attribute__((always_inline)) __m256 rebuilt(__m256i q, const float *d, const float *m) {
+    return _mm256_fmadd_ps(_mm256_cvtepi32_ps(q), _mm256_loadu_ps(d), _mm256_loadu_ps(m));
+}
+
+/* One column block for ROWS <= MAX_ROWS rows of x, asking for the next column block's k block as
+ * it goes (a column block is read from memory by its first pass and from the cache by the rest). */
+static inline __attribute__((always_inline)) void column_block(const int rows, const float *x, int64_t k,
+                                                               const uint8_t *block, int64_t column_stride,
+                                                               const int bits, float *out, int64_t n) {
+    __m256 acc[MAX_ROWS][2];
+    _Pragma("GCC unroll 8") for (int r = 0; r < rows; r++) acc[r][0] = acc[r][1] = _mm256_setzero_ps();
     const int64_t stride = block_bytes(bits);
     const __m256i low_half = _mm256_set1_epi32(0x0f);
     for (int64_t kb = 0; kb < k / SCALE_BLOCK; kb++, block += stride) {
-        const float *scales = (const float *)(block + SCALE_BLOCK * COLUMNS * bits / 8) + half * HALF;
-        const __m256 d = _mm256_loadu_ps(scales), m = _mm256_loadu_ps(scales + COLUMNS);
+        const float *d = (const float *)(block + SCALE_BLOCK * COLUMNS * bits / 8), *m = d + COLUMNS;
         const float *xk = x + kb * SCALE_BLOCK;
-        const uint8_t *q_at = block + half * HALF;
         for (int64_t line = 0; line < stride; line += 64)
             _mm_prefetch((const char *)(block + column_stride + line), _MM_HINT_T0);
         if (bits == 4) {
             for (int g = 0; g < SCALE_BLOCK / 2; g++) {
-                const __m256i q = _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(q_at + g * COLUMNS)));
-                const __m256 even = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_and_si256(q, low_half)), d, m);
-                ADD_PRODUCTS(rows, acc, xk, k, 2 * g, even);
-                const __m256 odd = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_srli_epi32(q, 4)), d, m);
-                ADD_PRODUCTS(rows, acc, xk, k, 2 * g + 1, odd);
+                const __m256i q0 = _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(block + g * COLUMNS)));
+                const __m256i q1 = _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(block + g * COLUMNS + HALF)));
+                const __m256 even0 = rebuilt(_mm256_and_si256(q0, low_half), d, m);
+                const __m256 even1 = rebuilt(_mm256_and_si256(q1, low_half), d + HALF, m + HALF);
+                ADD_PAIR_PRODUCTS(rows, acc, xk, k, 2 * g, even0, even1);
+                const __m256 odd0 = rebuilt(_mm256_srli_epi32(q0, 4), d, m);
+                const __m256 odd1 = rebuilt(_mm256_srli_epi32(q1, 4), d + HALF, m + HALF);
+                ADD_PAIR_PRODUCTS(rows, acc, xk, k, 2 * g + 1, odd0, odd1);
             }
         } else {
             for (int kk = 0; kk < SCALE_BLOCK; kk++) {
-                const __m256i q = _mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)(q_at + kk * COLUMNS)));
-                const __m256 w = _mm256_fmadd_ps(_mm256_cvtepi32_ps(q), d, m);
-                ADD_PRODUCTS(rows, acc, xk, k, kk, w);
+                const uint8_t *q = block + kk * COLUMNS;
+                const __m256 w0 = rebuilt(_mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)q)), d, m);
+                const __m256 w1 = rebuilt(_mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)(q + HALF))),
+                                          d + HALF, m + HALF);
+                ADD_PAIR_PRODUCTS(rows, acc, xk, k, kk, w0, w1);
             }
         }
     }
-    _Pragma("GCC unroll 12") for (int r = 0; r < rows; r++) _mm256_storeu_ps(out + r * n + half * HALF, acc[r]);
+    _Pragma("GCC unroll 8") for (int r = 0; r < rows; r++) {
+        _mm256_storeu_ps(out + r * n, acc[r][0]);
+        _mm256_storeu_ps(out + r * n + HALF, acc[r][1]);
+    }
 }
 
 /* One function per row count and width, and the loops over rows unrolled by pragma, so that the
  * accumulators stay in registers: with the row counts inlined into one function by a switch, as the
- * AVX-512 build's cases are, GCC 12 kept them on the stack as well (a store per FMA), and a 13-row
- * qkv ran at 33-36 GFLOP/s against 44-46 this way (one thread, hot, an AMD EPYC with AVX2 only). */
-#define HALF_PASS(R)                                                                                    \
-    static __attribute__((noinline)) void half_pass_##R##_4(const float *x, int64_t k, const uint8_t *block, \
-                                                           int64_t column_stride, int half, float *out,   \
-                                                           int64_t n) {                                   \
-        half_block(R, x, k, block, column_stride, half, 4, out, n);                                       \
-    }                                                                                                     \
-    static __attribute__((noinline)) void half_pass_##R##_8(const float *x, int64_t k, const uint8_t *block, \
-                                                           int64_t column_stride, int half, float *out,   \
-                                                           int64_t n) {                                   \
-        half_block(R, x, k, block, column_stride, half, 8, out, n);                                       \
+ * AVX-512 build's cases are, or the width chosen inside the k loop, GCC 12 kept them on the stack
+ * as well (a store per FMA; a 13-row qkv ran at 33-36 GFLOP/s against 44-46 without). */
+#define ROWS_PASS(R)                                                                                     \
+    static __attribute__((noinline)) void pass_##R##_4(const float *x, int64_t k, const uint8_t *block,   \
+                                                      int64_t column_stride, float *out, int64_t n) {   \
+        column_block(R, x, k, block, column_stride, 4, out, n);                                          \
+    }                                                                                                    \
+    static __attribute__((noinline)) void pass_##R##_8(const float *x, int64_t k, const uint8_t *block,   \
+                                                      int64_t column_stride, float *out, int64_t n) {   \
+        column_block(R, x, k, block, column_stride, 8, out, n);                                          \
     }
-HALF_PASS(1) HALF_PASS(2) HALF_PASS(3) HALF_PASS(4) HALF_PASS(5) HALF_PASS(6)
-HALF_PASS(7) HALF_PASS(8) HALF_PASS(9) HALF_PASS(10) HALF_PASS(11) HALF_PASS(12)
+ROWS_PASS(1) ROWS_PASS(2) ROWS_PASS(3) ROWS_PASS(4) ROWS_PASS(5) ROWS_PASS(6)
 
-typedef void (*half_pass_fn)(const float *, int64_t, const uint8_t *, int64_t, int, float *, int64_t);
-#define BOTH_WIDTHS(R) {half_pass_##R##_4, half_pass_##R##_8}
-static const half_pass_fn half_passes[MAX_ROWS + 1][2] = {
-    {0, 0}, BOTH_WIDTHS(1), BOTH_WIDTHS(2), BOTH_WIDTHS(3), BOTH_WIDTHS(4), BOTH_WIDTHS(5), BOTH_WIDTHS(6),
-    BOTH_WIDTHS(7), BOTH_WIDTHS(8), BOTH_WIDTHS(9), BOTH_WIDTHS(10), BOTH_WIDTHS(11), BOTH_WIDTHS(12),
+typedef void (*pass_fn)(const float *, int64_t, const uint8_t *, int64_t, float *, int64_t);
+static const pass_fn passes_by_rows[MAX_ROWS + 1][2] = {
+    {0, 0}, {pass_1_4, pass_1_8}, {pass_2_4, pass_2_8}, {pass_3_4, pass_3_8},
+    {pass_4_4, pass_4_8}, {pass_5_4, pass_5_8}, {pass_6_4, pass_6_8},
 };
 
-/* out [m, n] = x [m, k] . w^T, as the AVX-512 kernel's: column blocks on the outside, each half of
- * one in passes of at most MAX_ROWS rows split evenly (13 rows are 7 + 6). */
+/* out [m, n] = x [m, k] . w^T, as the AVX-512 kernel's: column blocks on the outside, each in
+ * passes of at most MAX_ROWS rows split evenly (13 rows are 5 + 4 + 4). */
 void parallax_blocks_linear(const float *x, int64_t m, int64_t k, const uint8_t *packed, int bits, int64_t n,
                             float *out) {
     const int64_t column_stride = (k / SCALE_BLOCK) * block_bytes(bits);
     const int64_t passes = (m + MAX_ROWS - 1) / MAX_ROWS;
     for (int64_t nb = 0; nb < n / COLUMNS; nb++)
-        for (int half = 0; half < 2; half++)
-            for (int64_t pass = 0, r0 = 0; pass < passes; pass++) {
-                const int64_t r1 = m * (pass + 1) / passes;
-                half_passes[r1 - r0][bits == 8](x + r0 * k, k, packed + nb * column_stride, column_stride, half,
-                                                out + r0 * n + nb * COLUMNS, n);
-                r0 = r1;
-            }
+        for (int64_t pass = 0, r0 = 0; pass < passes; pass++) {
+            const int64_t r1 = m * (pass + 1) / passes;
+            passes_by_rows[r1 - r0][bits == 8](x + r0 * k, k, packed + nb * column_stride, column_stride,
+                                               out + r0 * n + nb * COLUMNS, n);
+            r0 = r1;
+        }
 }
 
 #else
