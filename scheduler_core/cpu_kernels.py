@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import os
 import threading
+from typing import Any
 
 import torch
 import torch.nn.functional as F
@@ -96,36 +97,70 @@ def native_decode_attention() -> bool:
     return cpu_kernels() in ("native", "no-amx", "no-blocks")
 
 
+def weight_fits(weight: torch.Tensor) -> bool:
+    """Whether the prepacked kernels take this weight: fp32, on the CPU, 2-D, of at least
+    PREPACK_MIN_ELEMENTS."""
+    return (weight.device.type == "cpu" and weight.dtype == torch.float32 and weight.dim() == 2
+            and weight.numel() >= PREPACK_MIN_ELEMENTS)
+
+
 def applies(x: torch.Tensor, weight: torch.Tensor) -> bool:
-    """Whether `linear` uses the prepacked kernel for these operands (fp32, on the CPU, a 2-D weight
-    of at least PREPACK_MIN_ELEMENTS)."""
-    return (x.device.type == "cpu" and x.dtype == torch.float32 and weight.dtype == torch.float32
-            and weight.dim() == 2 and x.dim() >= 1 and weight.numel() >= PREPACK_MIN_ELEMENTS)
+    """Whether `linear` uses the prepacked kernel for these operands (fp32 x on the CPU, and a weight
+    that `weight_fits`)."""
+    return x.device.type == "cpu" and x.dtype == torch.float32 and x.dim() >= 1 and weight_fits(weight)
 
 
-def linear(x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
-    """``F.linear(x, weight)`` (no bias): where `applies`, on AMX tiles, on the AVX-512 block-scaled
-    kernel or with the weight's oneDNN-prepacked copy (the first that takes the weight), else
-    F.linear itself."""
-    if not applies(x, weight):
-        return F.linear(x, weight)
+# How each kernel packs a weight (looked up on its module at each call, so a test can patch it).
+PACKERS = {
+    "amx": lambda weight: amx_linear.pack(weight),
+    "blocks": lambda weight: block_linear.pack(weight),
+    "onednn": lambda weight: torch.ops.mkldnn._reorder_linear_weight(weight.detach(), _ROWS_HINT),
+}
+
+
+def _packed_copies(weight: torch.Tensor) -> dict:
     key = (weight.data_ptr(), weight._version)
     entry = _packed.get(weight)
     if entry is None or entry[0] != key:
         entry = _packed[weight] = (key, {})
-    copies = entry[1]
+    return entry[1]
+
+
+def _copy(copies: dict, kernel: str, weight: torch.Tensor) -> Any:  # each kernel's own type, or None
+    if kernel not in copies:
+        copies[kernel] = PACKERS[kernel](weight)
+    return copies[kernel]
+
+
+def linear(x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
+    """``F.linear(x, weight)`` (no bias): where `applies`, on AMX tiles, on the block-scaled kernel
+    (AVX-512 or AVX2) or with the weight's oneDNN-prepacked copy (the first that takes the weight),
+    else F.linear itself. A copy not made yet (`pack_ahead`) is made on first use."""
+    if not applies(x, weight):
+        return F.linear(x, weight)
+    copies = _packed_copies(weight)
     choice = cpu_kernels()
     if torch.get_num_threads() == 1 and choice in ("native", "no-amx"):
-        if choice == "native":
-            if "amx" not in copies:
-                copies["amx"] = amx_linear.pack(weight)
-            if copies["amx"] is not None:
-                return amx_linear.linear(x, copies["amx"])
-        if x.numel() <= BLOCK_ROWS_MAX * x.shape[-1]:
-            if "blocks" not in copies:
-                copies["blocks"] = block_linear.pack(weight)
-            if copies["blocks"] is not None:
-                return block_linear.linear(x, copies["blocks"])
-    if "onednn" not in copies:
-        copies["onednn"] = torch.ops.mkldnn._reorder_linear_weight(weight.detach(), _ROWS_HINT)
-    return torch.ops.mkldnn._linear_pointwise(x, copies["onednn"], None, "none", [], "")
+        if choice == "native" and (amx := _copy(copies, "amx", weight)) is not None:
+            return amx_linear.linear(x, amx)
+        if x.numel() <= BLOCK_ROWS_MAX * x.shape[-1] and (blocks := _copy(copies, "blocks", weight)) is not None:
+            return block_linear.linear(x, blocks)
+    return torch.ops.mkldnn._linear_pointwise(x, _copy(copies, "onednn", weight), None, "none", [], "")
+
+
+def pack_ahead(weight: torch.Tensor) -> None:
+    """Makes now the copies `linear` would make on its first calls with this weight, on this thread
+    count and kernel choice: the AMX or block-scaled kernel's (decode batches) and oneDNN's (prefill
+    chunks, and every call where neither kernel takes the weight). The engine calls it when it
+    loads a model, as serving engines prepare their weights after loading, so that the first
+    requests do not pay for it (1.6 s of SmolLM2's first 32 prompts on an AMD EPYC with AVX2 only,
+    py-spy; docs/engine.md). Nothing to do where the prepacked kernels are off or do not take it."""
+    if not prepacked_projections() or not weight_fits(weight):
+        return
+    copies = _packed_copies(weight)
+    choice = cpu_kernels()
+    if torch.get_num_threads() == 1 and choice in ("native", "no-amx"):
+        if choice == "native" and _copy(copies, "amx", weight) is not None:
+            return  # AMX takes every call, whatever its rows
+        _copy(copies, "blocks", weight)
+    _copy(copies, "onednn", weight)

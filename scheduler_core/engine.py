@@ -60,6 +60,8 @@ class Engine:
             self.loaded, self.model_name = model, model.source
         else:
             self.loaded, self.model_name = load_model(model, self.device, dtype, seed), model
+        # The projections' packed copies now, for this thread count, not during the first requests.
+        self.loaded.model.pack_weights()
         self.tokenizer = self.loaded.tokenizer
         self.config = SchedulerConfig(
             max_running_requests=max_running_requests, kv_tokens=kv_tokens,

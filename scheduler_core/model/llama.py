@@ -19,7 +19,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from scheduler_core import decode_attention
-from scheduler_core.cpu_kernels import linear, native_decode_attention, ops_observed, prepacked_projections
+from scheduler_core.cpu_kernels import linear, native_decode_attention, ops_observed, pack_ahead, prepacked_projections
 from scheduler_core.model.config import ModelConfig
 
 
@@ -348,6 +348,15 @@ class LlamaModel(nn.Module):
         self.rotary = Rotary(config.head_dim, config.rope_theta, config.max_context)
         self.lm_head = None if config.tie_word_embeddings else Projection(config.hidden_size, config.vocab_size)
         self.prepacked_head = prepacked_projections()  # a tied LM head multiplies by the embedding table
+
+    def pack_weights(self) -> None:
+        """The CPU kernels' packed copies of every projection's weight (and of a tied LM head's
+        table), made now instead of on first use (`cpu_kernels.pack_ahead`)."""
+        for module in self.modules():
+            if isinstance(module, Projection) and module.prepacked:
+                pack_ahead(module.weight)
+        if self.lm_head is None and self.prepacked_head:
+            pack_ahead(self.embed_tokens.weight)
 
     @torch.inference_mode()
     def forward(self, batch: ForwardBatch, kv: KVCache, num_layers: int | None = None) -> torch.Tensor:

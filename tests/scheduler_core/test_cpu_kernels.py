@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import logging
 import pickle
+from collections import Counter
 from types import ModuleType
 
 import pytest
@@ -12,9 +13,14 @@ import torch
 import torch.nn.functional as F
 
 from scheduler_core import amx_linear, block_linear, native_build
+from scheduler_core import cpu_kernels as cpu_kernels_module
 from scheduler_core.cpu_kernels import CPU_KERNELS_ENV, PREPACK_MIN_ELEMENTS, applies, cpu_kernels, linear
-from scheduler_core.model.llama import ForwardBatch, KVCache
+from scheduler_core.engine import Engine
+from scheduler_core.model.config import ModelConfig
+from scheduler_core.model.llama import ForwardBatch, KVCache, LlamaModel
 from scheduler_core.model.loader import LoadedModel, load_model
+from scheduler_core.model.tokenizer import TextTokenizer
+from scheduler_core.sampling import SamplingParams
 from tests.support.op_names import OpNames
 from tests.support.weights import block_weight
 
@@ -111,3 +117,59 @@ def test_a_kernel_the_cpu_cannot_run_says_why_and_projections_stay_on_onednn(
     finally:
         for each in kernels:
             each.library.cache_clear()
+
+
+def _wide_random_model() -> LoadedModel:
+    """A seeded random model whose every projection is wide enough to be prepacked (tiny-random's
+    are not): 2 layers of width 512."""
+    tokenizer = TextTokenizer.byte_level()
+    config = ModelConfig(name="wide-random", vocab_size=tokenizer.vocab_size, hidden_size=512,
+                         intermediate_size=1024, num_layers=2, num_heads=8, num_kv_heads=4, rope_theta=10000.0,
+                         rms_norm_eps=1e-5, max_context=256, tie_word_embeddings=False,
+                         eos_token_id=tokenizer.eos_token_id)
+    model, generator = LlamaModel(config), torch.Generator().manual_seed(0)
+    with torch.no_grad():
+        for name, param in model.named_parameters():
+            if not name.endswith("norm.weight"):
+                param.copy_(torch.randn(param.shape, generator=generator) / 512 ** 0.5)
+    return LoadedModel(model=model, config=config, tokenizer=tokenizer, source="wide-random")
+
+
+@pytest.fixture
+def packs(monkeypatch: pytest.MonkeyPatch) -> Counter[str]:
+    """How many weights each kernel packs from here on."""
+    counts: Counter[str] = Counter()
+    for kernel, packer in list(cpu_kernels_module.PACKERS.items()):
+        def counted(weight: torch.Tensor, kernel: str = kernel, packer=packer):  # noqa: ANN001, ANN202
+            counts[kernel] += 1
+            return packer(weight)
+        monkeypatch.setitem(cpu_kernels_module.PACKERS, kernel, counted)
+    return counts
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+def test_an_engine_packs_its_projections_when_it_loads_not_during_its_first_requests(
+        threads: int, packs: Counter[str]) -> None:
+    loaded = _wide_random_model()
+    before = torch.get_num_threads()
+    try:
+        engine = Engine(model=loaded, max_running_requests=4, kv_tokens=256, num_threads=threads)
+        assert packs["onednn"] == 4 * loaded.config.num_layers  # qkv, o, gate_up and down in each layer
+        at_load = packs.copy()
+        outputs = engine.generate(["a prompt", "another, longer prompt"], SamplingParams(max_new_tokens=4))
+    finally:
+        torch.set_num_threads(before)
+    assert [len(out.output_ids) for out in outputs] == [4, 4]
+    assert packs == at_load
+
+
+@pytest.mark.usefixtures("one_torch_thread")
+def test_a_weight_packed_ahead_gives_what_packing_on_first_use_gives(packs: Counter[str]) -> None:
+    weight = block_weight(1536, 576)
+    decode, prefill = torch.randn(8, 576), torch.randn(64, 576)
+    on_first_use = [linear(decode, weight.clone()), linear(prefill, weight.clone())]
+    cpu_kernels_module.pack_ahead(weight)
+    packed_ahead = packs.copy()
+    assert torch.equal(linear(decode, weight), on_first_use[0])
+    assert torch.equal(linear(prefill, weight), on_first_use[1])
+    assert packs == packed_ahead
