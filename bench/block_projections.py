@@ -1,4 +1,4 @@
-"""SmolLM2-135M's projections on the AVX-512 block-scaled kernel (scheduler_core/block_linear.py)
+"""SmolLM2-135M's projections on the block-scaled kernel (scheduler_core/block_linear.py, AVX-512 or AVX2)
 against the oneDNN-prepacked fp32 kernel the engine uses otherwise: time per call and error against
 the exact product.
 
@@ -27,7 +27,7 @@ from scheduler_core import block_linear  # noqa: E402
 
 def main() -> None:
     rows_to_measure, weights = prepare(__doc__.split("\n\n")[0], block_linear.library,
-                                       "the block-scaled kernel (no AVX-512)")
+                                       "the block-scaled kernel (neither AVX-512 nor AVX2 with FMA)")
     results = []
     print(f"{'weight':>8} {'rows':>5} {'bits':>4} {'blocks cold us':>15} {'oneDNN cold us':>15} {'ratio':>6} "
           f"{'blocks hot us':>14} {'oneDNN hot us':>14} {'blocks rms err':>15} {'oneDNN rms err':>15}")

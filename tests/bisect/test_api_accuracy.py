@@ -39,7 +39,7 @@ from app.core.config import Settings, parse_catalogue
 from app.core.duties import Duty
 from app.core.duties import start as start_duties
 from app.core.models import Commit, Job, JobReason, Repository, Runner
-from runners.client import Client
+from runners.client import Client, ServiceError
 from tests.bisect.noise import NoisyHistory
 from tests.bisect.upstream import Upstream
 from tests.support.live_server import LiveServer
@@ -97,6 +97,19 @@ def results(suite: str, platform: str, samples: list[float]) -> bytes:
     }).encode()
 
 
+def claim(client: Client) -> dict[str, Any] | None:
+    """A long-poll for the runner's next job, or None when none came. A claim whose retries ran out
+    on a busy service (503: its claim gate queued beyond its wait, all of the 60 s budget; seen on a
+    loaded 2-core machine) is None too: the runner agent claims again after such an outage
+    (runners/agent.py), so a runner thread does as well. An answer (4xx) is still raised."""
+    try:
+        return client.claim(wait_s=CLAIM_WAIT_S, budget_s=60)
+    except ServiceError as exc:
+        if exc.status is not None:
+            raise
+        return None
+
+
 @dataclass
 class Trial:
     """One seeded bisect: its platform's three runner threads and what the API said at the end."""
@@ -151,7 +164,7 @@ class Trial:
         its turn through the process's claim gate, with the job queued; that is not a fault."""
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
-            job = client.claim(wait_s=CLAIM_WAIT_S, budget_s=60)
+            job = claim(client)
             if job is not None:
                 return job
         raise AssertionError(f"{self.platform}: no job claimed in {timeout_s:g} s")
@@ -159,7 +172,7 @@ class Trial:
     def work(self, client: Client, history: NoisyHistory) -> None:
         try:
             while not self.stop.is_set():
-                job = client.claim(wait_s=CLAIM_WAIT_S, budget_s=60)
+                job = claim(client)
                 if job is None:
                     continue
                 self.complete(client, job, history)
