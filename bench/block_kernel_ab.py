@@ -1,4 +1,4 @@
-"""The AVX-512 block-scaled kernel (scheduler_core/block_linear.c) of this tree against the same
+"""The block-scaled kernel (scheduler_core/block_linear.c, AVX-512 or AVX2) of this tree against the same
 kernel at another git revision, interleaved in one process: for kernel changes that keep the packed
 layout, on a machine whose speed drifts by a fifth within minutes (two runs of
 bench/block_projections.py minutes apart cannot tell a 10 % change from the drift).

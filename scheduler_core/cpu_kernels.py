@@ -1,5 +1,5 @@
 """The CPU's fp32 projection kernels: AMX tiles where the CPU has them (`scheduler_core.amx_linear`),
-block-scaled weights read at 4 or 8 bits on AVX-512 where it has no AMX
+block-scaled weights read at 4 or 8 bits on AVX-512 or AVX2 where it has no AMX
 (`scheduler_core.block_linear`), else ``F.linear`` with a oneDNN-prepacked copy of the weight; and
 the choice between Parallax's CPU kernels (these projections, `scheduler_core.decode_attention`) and
 plain aten ops.
@@ -9,7 +9,7 @@ CPU ``F.linear`` (MKL) repacks its weight operand on every call; oneDNN's prepac
 once per weight and reused (docs/engine.md has the measurements). torch ships oneDNN, so this is a
 choice of kernel, not a new dependency. On one torch thread, a weight that `amx_linear` takes (the
 CPU has AMX; the weight is block-scaled, as a quantised checkpoint dequantises, or two bf16 pieces)
-goes there instead; on a CPU without AMX, a block-scaled weight goes to the AVX-512 kernel.
+goes there instead; on a CPU without AMX, a block-scaled weight goes to the block kernel (AVX-512 or AVX2).
 ``PARALLAX_CPU_KERNELS=aten`` turns every kernel off.
 
 The model calls `linear` on the plain CPU; the GPU simulator, which sees ``aten.linear`` under its
@@ -42,7 +42,8 @@ PREPACK_MIN_ELEMENTS = 1 << 18
 # The block-scaled kernel reads a weight at a fifth of fp32's bytes but rebuilds its values for every
 # 16 rows, so oneDNN's fp32 overtakes it between 32 and 64 rows (bench/block_projections.py, SmolLM2's
 # weights, one thread, AMD EPYC with AVX-512: oneDNN's time over the kernel's 1.3-1.5 at 13-16 rows,
-# 1.04-1.08 at 32, 0.87-0.92 at 64). Decode batches take it; prefill chunks stay on oneDNN.
+# 1.04-1.08 at 32, 0.87-0.92 at 64; the AVX2 build on an AVX2-only EPYC: 1.5-2.4 at 13 rows, 1.1-1.4
+# at 32). Decode batches take it; prefill chunks stay on oneDNN.
 BLOCK_ROWS_MAX = 32
 # weight -> (its storage address and version counter when packed, {kernel: its packed copy}), the
 # kernels "onednn", "amx" and "blocks" (None where that kernel does not take the weight; a weight
@@ -75,8 +76,8 @@ class KernelChoiceError(ValueError):
 
 
 def cpu_kernels() -> str:
-    """The CPU kernels chosen: "native" (AMX projections where they apply, else the AVX-512
-    block-scaled ones where they apply, the prepacked ones elsewhere, and the decode-attention
+    """The CPU kernels chosen: "native" (AMX projections where they apply, else the block-scaled
+    ones (AVX-512 or AVX2) where they apply, the prepacked ones elsewhere, and the decode-attention
     kernel), "no-amx" (the same without AMX), "no-blocks" (neither AMX nor the block-scaled kernel:
     prepacked projections and the decode-attention kernel), "onednn" (the prepacked projections
     only) or "aten" (torch's own ops throughout)."""

@@ -1,9 +1,11 @@
-"""The AVX-512 kernel for block-scaled weights: the fp32 weights rebuilt exactly from 4- or 8-bit q,
-an fp32 matmul's accuracy, rows independent of their batch, the weights it refuses, the engine's
-choice of it (one thread, "native" or "no-amx", a weight it takes), and a shared header that
-rebuilds every kernel including it."""
+"""The kernel for block-scaled weights (AVX-512 or AVX2): the fp32 weights rebuilt exactly from 4- or
+8-bit q, an fp32 matmul's accuracy, rows independent of their batch, no access outside its operands,
+the weights it refuses, the engine's choice of it (one thread, "native" or "no-amx", a weight it
+takes), and a shared header that rebuilds every kernel including it."""
 from __future__ import annotations
 
+import os
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -14,12 +16,13 @@ from scheduler_core import block_linear, cpu_kernels, native_build
 from scheduler_core.cpu_kernels import CPU_KERNELS_ENV
 from tests.support import weights
 
-# Only a CPU without AVX-512 skips: where it has it, a kernel that fails to build fails these tests.
-needs_avx512 = pytest.mark.skipif(not block_linear.cpu_runs_kernel(), reason="this CPU has neither AVX-512 nor AVX2 with FMA")
+# Only a CPU with neither skips: where it has one, a kernel that fails to build fails these tests.
+needs_kernel = pytest.mark.skipif(not block_linear.cpu_runs_kernel(), reason="this CPU has neither AVX-512 nor AVX2 with FMA")
+REPO = Path(__file__).resolve().parents[2]
 BLOCKS = {"q4_1-like": False, "q8_0-like": True}
 
 
-@needs_avx512
+@needs_kernel
 @pytest.mark.parametrize("kind", BLOCKS)
 def test_the_product_is_as_accurate_as_an_fp32_matmul(kind: str) -> None:
     weight, x = weights.block_weight(1536, 576, symmetric=BLOCKS[kind]), torch.randn(16, 576)
@@ -35,7 +38,7 @@ def test_the_product_is_as_accurate_as_an_fp32_matmul(kind: str) -> None:
 COLUMN_BLOCKS = {"pairs": 64, "pairs and one alone": 48}
 
 
-@needs_avx512
+@needs_kernel
 @pytest.mark.parametrize("kind", BLOCKS)
 @pytest.mark.parametrize("columns", COLUMN_BLOCKS)
 def test_the_weights_are_rebuilt_exactly(kind: str, columns: str) -> None:
@@ -47,7 +50,7 @@ def test_the_weights_are_rebuilt_exactly(kind: str, columns: str) -> None:
     assert torch.equal(rebuilt, weight.T.contiguous())
 
 
-@needs_avx512
+@needs_kernel
 @pytest.mark.parametrize("kind", BLOCKS)
 @pytest.mark.parametrize("out_features", [960, 976])
 def test_a_row_gives_the_same_bits_in_any_batch(kind: str, out_features: int) -> None:
@@ -56,7 +59,7 @@ def test_a_row_gives_the_same_bits_in_any_batch(kind: str, out_features: int) ->
     weights.check_rows_independent_of_their_batch(lambda x: block_linear.linear(x, packed), 576)
 
 
-@needs_avx512
+@needs_kernel
 def test_leading_dimensions_are_kept() -> None:
     packed = block_linear.pack(weights.block_weight(576, 576))
     x = torch.randn(3, 5, 576)
@@ -65,7 +68,7 @@ def test_leading_dimensions_are_kept() -> None:
     assert torch.equal(result, block_linear.linear(x.reshape(15, 576), packed).view(3, 5, 576))
 
 
-@needs_avx512
+@needs_kernel
 def test_infinities_and_nans_reach_only_their_own_row() -> None:
     weight = weights.block_weight(576, 576)
     packed = block_linear.pack(weight)
@@ -77,7 +80,7 @@ def test_infinities_and_nans_reach_only_their_own_row() -> None:
     torch.testing.assert_close(result[2], expected[2], rtol=1e-5, atol=1e-5)
 
 
-@needs_avx512
+@needs_kernel
 def test_weights_it_does_not_take_are_refused() -> None:
     assert block_linear.pack(torch.randn(1536, 576)) is None  # not block-scaled
     assert block_linear.pack(weights.two_piece_weight(1536, 576)) is None
@@ -92,7 +95,7 @@ def test_weights_it_does_not_take_are_refused() -> None:
     assert block_linear.pack(with_infinity) is None
 
 
-@needs_avx512
+@needs_kernel
 def test_an_input_that_does_not_fit_the_weight_is_refused_by_shape() -> None:
     packed = block_linear.pack(weights.block_weight(576, 576))
     with pytest.raises(ValueError, match=r"x \(4, 512\) torch.float32 on cpu does not fit a 576x576 fp32 weight"):
@@ -101,7 +104,7 @@ def test_an_input_that_does_not_fit_the_weight_is_refused_by_shape() -> None:
         block_linear.linear(torch.randn(4, 576, dtype=torch.float64), packed)
 
 
-@needs_avx512
+@needs_kernel
 @pytest.mark.usefixtures("one_torch_thread")
 @pytest.mark.parametrize("choice", ["native", "no-amx"])
 def test_the_engine_multiplies_block_scaled_weights_on_the_kernel_on_one_thread(
@@ -127,7 +130,7 @@ def kernel_calls(monkeypatch: pytest.MonkeyPatch) -> list[int]:
     return calls
 
 
-@needs_avx512
+@needs_kernel
 @pytest.mark.usefixtures("one_torch_thread")
 def test_more_rows_than_a_decode_batch_stay_on_onednn(monkeypatch: pytest.MonkeyPatch, kernel_calls: list[int]) -> None:
     monkeypatch.setattr(cpu_kernels.amx_linear, "pack", lambda weight: None)
@@ -142,7 +145,7 @@ def test_more_rows_than_a_decode_batch_stay_on_onednn(monkeypatch: pytest.Monkey
     assert kernel_calls == [cpu_kernels.BLOCK_ROWS_MAX] * 2  # the expected result's and the decode batch's
 
 
-@needs_avx512
+@needs_kernel
 @pytest.mark.usefixtures("one_torch_thread")
 def test_the_no_blocks_choice_keeps_onednn(monkeypatch: pytest.MonkeyPatch, kernel_calls: list[int]) -> None:
     weight, x = weights.block_weight(1536, 576), torch.randn(16, 576)
@@ -154,7 +157,7 @@ def test_the_no_blocks_choice_keeps_onednn(monkeypatch: pytest.MonkeyPatch, kern
     assert cpu_kernels.native_decode_attention()
 
 
-@needs_avx512
+@needs_kernel
 @pytest.mark.usefixtures("one_torch_thread")
 def test_a_weight_changed_in_place_is_packed_again(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(cpu_kernels.amx_linear, "pack", lambda weight: None)
@@ -172,3 +175,26 @@ def test_a_changed_shared_header_builds_the_kernel_again(tmp_path: Path) -> None
     second = native_build.build(source, ("-O1", "-shared", "-fPIC"), directory=tmp_path / "cache")
     assert second != first
     assert native_build.load(second, lambda lib: None).parallax_answer() == 42
+
+
+def _sanitizer_links(compiler: str, directory: Path) -> bool:
+    probe = directory / "probe.c"
+    probe.write_text("int main(void) { return 0; }\n")
+    return subprocess.run([compiler, "-fsanitize=address", str(probe), "-o", str(directory / "probe")],
+                          capture_output=True).returncode == 0
+
+
+@needs_kernel
+def test_the_kernel_reads_and_writes_only_its_operands_under_address_sanitizer(tmp_path: Path) -> None:
+    """The kernel of this CPU (AVX-512 or AVX2) on every pass split of 1 to 33 rows, both widths,
+    four shapes, each operand allocated to its size, built with AddressSanitizer: no access outside
+    an operand, and each result the product's (tests/support/block_linear_harness.c)."""
+    compiler = os.environ.get("CC", "cc")
+    if not _sanitizer_links(compiler, tmp_path):
+        pytest.skip(f"{compiler} cannot link -fsanitize=address here")
+    harness = tmp_path / "harness"
+    subprocess.run([compiler, "-O3", "-march=native", "-fno-math-errno", "-fsanitize=address", "-fno-omit-frame-pointer",
+                    "-o", str(harness), str(REPO / "tests/support/block_linear_harness.c"), str(block_linear.SOURCE),
+                    "-lm"], check=True, capture_output=True)
+    run = subprocess.run([str(harness)], capture_output=True, text=True, env={**os.environ, "ASAN_OPTIONS": "detect_leaks=0"})
+    assert (run.returncode, run.stdout.strip()) == (0, "ok"), run.stdout + run.stderr[-3000:]
