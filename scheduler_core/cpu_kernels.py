@@ -149,10 +149,12 @@ def linear(x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
     return torch.ops.mkldnn._linear_pointwise(x, _copy(copies, "onednn", weight), None, "none", [], "")
 
 
-def pack_ahead(weight: torch.Tensor) -> None:
+def pack_ahead(weight: torch.Tensor, prefill_rows: bool = True) -> None:
     """Makes now the copies `linear` would make on its first calls with this weight, on this thread
-    count and kernel choice: the AMX or block-scaled kernel's (decode batches) and oneDNN's (prefill
-    chunks, and every call where neither kernel takes the weight). The engine calls it when it
+    count and kernel choice: the AMX or block-scaled kernel's (decode batches) and oneDNN's (calls of
+    more rows, and every call where neither kernel takes the weight). ``prefill_rows=False`` for a
+    weight that rarely sees more than `BLOCK_ROWS_MAX` rows (an LM head multiplies one row per
+    request): its oneDNN copy is left to a first call that needs it. The engine calls this when it
     loads a model, as serving engines prepare their weights after loading, so that the first
     requests do not pay for it (1.6 s of SmolLM2's first 32 prompts on an AMD EPYC with AVX2 only,
     py-spy; docs/engine.md). Nothing to do where the prepacked kernels are off or do not take it."""
@@ -163,5 +165,6 @@ def pack_ahead(weight: torch.Tensor) -> None:
     if torch.get_num_threads() == 1 and choice in ("native", "no-amx"):
         if choice == "native" and _copy(copies, "amx", weight) is not None:
             return  # AMX takes every call, whatever its rows
-        _copy(copies, "blocks", weight)
+        if _copy(copies, "blocks", weight) is not None and not prefill_rows:
+            return
     _copy(copies, "onednn", weight)

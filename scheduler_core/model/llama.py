@@ -351,12 +351,17 @@ class LlamaModel(nn.Module):
 
     def pack_weights(self) -> None:
         """The CPU kernels' packed copies of every projection's weight (and of a tied LM head's
-        table), made now instead of on first use (`cpu_kernels.pack_ahead`)."""
-        for module in self.modules():
-            if isinstance(module, Projection) and module.prepacked:
-                pack_ahead(module.weight)
-        if self.lm_head is None and self.prepacked_head:
-            pack_ahead(self.embed_tokens.weight)
+        table), made now instead of on first use (`cpu_kernels.pack_ahead`). The LM head
+        multiplies one row per request, a decode batch's rows even in a prefill."""
+        for layer in self.layers:
+            for projection in (layer.self_attn.qkv_proj, layer.self_attn.o_proj, layer.mlp.gate_up_proj,
+                               layer.mlp.down_proj):
+                if projection.prepacked:
+                    pack_ahead(projection.weight)
+        if self.lm_head is not None and self.lm_head.prepacked:
+            pack_ahead(self.lm_head.weight, prefill_rows=False)
+        elif self.lm_head is None and self.prepacked_head:
+            pack_ahead(self.embed_tokens.weight, prefill_rows=False)
 
     @torch.inference_mode()
     def forward(self, batch: ForwardBatch, kv: KVCache, num_layers: int | None = None) -> torch.Tensor:

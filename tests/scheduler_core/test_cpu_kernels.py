@@ -173,3 +173,17 @@ def test_a_weight_packed_ahead_gives_what_packing_on_first_use_gives(packs: Coun
     assert torch.equal(linear(decode, weight), on_first_use[0])
     assert torch.equal(linear(prefill, weight), on_first_use[1])
     assert packs == packed_ahead
+
+
+@pytest.mark.skipif(not block_linear.cpu_runs_kernel(), reason="this CPU has neither AVX-512 nor AVX2 with FMA")
+@pytest.mark.usefixtures("one_torch_thread")
+def test_an_lm_head_packed_ahead_gets_its_onednn_copy_only_when_a_call_needs_it(
+        packs: Counter[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(amx_linear, "pack", lambda weight: None)  # as on a CPU without AMX
+    head = block_weight(1536, 576)
+    cpu_kernels_module.pack_ahead(head, prefill_rows=False)
+    assert (packs["blocks"], packs["onednn"]) == (1, 0)
+    linear(torch.randn(16, 576), head)  # one row per request of a decode batch: the block kernel
+    assert packs["onednn"] == 0
+    linear(torch.randn(64, 576), head)
+    assert packs["onednn"] == 1
