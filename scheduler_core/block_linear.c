@@ -310,7 +310,7 @@ static inline __attribute__((always_inline)) void column_block(const int rows, c
 /* One function per row count and width, and the loops over rows unrolled by pragma, so that the
  * accumulators stay in registers: with the row counts inlined into one function by a switch, as the
  * AVX-512 build's cases are, or the width chosen inside the k loop, GCC 12 kept them on the stack
- * as well (a store per FMA; a 13-row qkv ran at 33-36 GFLOP/s against 44-46 without). */
+ * as well (a store per FMA; a 13-row qkv ran about a quarter slower so in a scratch timing loop). */
 #define ROWS_PASS(R)                                                                                     \
     static __attribute__((noinline)) void pass_##R##_4(const float *x, int64_t k, const uint8_t *block,   \
                                                       int64_t column_stride, float *out, int64_t n) {   \
