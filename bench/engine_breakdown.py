@@ -24,7 +24,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from bench.backends import print_table, write_results  # noqa: E402
-from bench.engine_vs_transformers import gsm8k_workload, run_engine  # noqa: E402
+from bench.engine_vs_transformers import add_workload_arguments, gsm8k_workload, run_engine  # noqa: E402
 from scheduler_core import cpu_kernels, decode_attention  # noqa: E402
 from scheduler_core.model import llama  # noqa: E402
 
@@ -71,13 +71,8 @@ class Timers:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--prompts", type=int, default=64)
-    parser.add_argument("--batch-size", type=int, default=16)
-    parser.add_argument("--min-output", type=int, default=16)
-    parser.add_argument("--max-output", type=int, default=128)
-    parser.add_argument("--seed", type=int, default=0)
+    add_workload_arguments(parser)
     parser.add_argument("--overlap", action="store_true", help="the overlap loop instead of the normal one")
-    parser.add_argument("--data", help="GSM8k directory (default: PARALLAX_GSM8K, the cache, or ../shared)")
     args = parser.parse_args()
     if args.prompts < 1 or args.batch_size < 1:
         parser.error("--prompts and --batch-size must be at least 1")

@@ -51,6 +51,18 @@ def gsm8k_dir(explicit: str | None) -> Path:
     return resolve_data(explicit or (str(shared) if shared.is_dir() else None))
 
 
+def add_workload_arguments(parser: argparse.ArgumentParser) -> None:
+    """The workload's options, shared with bench/engine_breakdown.py: prompts, batch size, the
+    seeded output lengths' range and seed, and the GSM8k directory."""
+    parser.add_argument("--prompts", type=int, default=64)
+    parser.add_argument("--batch-size", type=int, default=16,
+                        help="the engine's max running requests (and transformers' batch size, where it runs)")
+    parser.add_argument("--min-output", type=int, default=16)
+    parser.add_argument("--max-output", type=int, default=128)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--data", help="GSM8k directory (default: PARALLAX_GSM8K, the cache, or ../shared)")
+
+
 def gsm8k_workload(count: int, min_output: int, max_output: int, seed: int,
                    data: str | None = None) -> tuple[list[str], list[int]]:
     """The first ``count`` GSM8k questions as prompts and their seeded output lengths."""
@@ -125,13 +137,8 @@ def run_transformers(prompts: list[str], lengths: list[int], batch_size: int) ->
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--prompts", type=int, default=64)
-    parser.add_argument("--batch-size", type=int, default=16, help="engine max running requests = HF batch size")
-    parser.add_argument("--min-output", type=int, default=16)
-    parser.add_argument("--max-output", type=int, default=128)
-    parser.add_argument("--seed", type=int, default=0)
+    add_workload_arguments(parser)
     parser.add_argument("--threads", type=int, default=None, help="torch threads for both sides")
-    parser.add_argument("--data", help="GSM8k directory (default: PARALLAX_GSM8K, the cache, or ../shared)")
     parser.add_argument("--engine-only", action="store_true", help="skip transformers")
     parser.add_argument("--no-overlap", action="store_true", help="the engine's normal loop")
     parser.add_argument("--speculative", choices=["ngram", "self-draft"], default=None)
