@@ -118,16 +118,8 @@ def test_the_engine_multiplies_block_scaled_weights_on_the_kernel_on_one_thread(
 
 @pytest.fixture
 def kernel_calls(monkeypatch: pytest.MonkeyPatch) -> list[int]:
-    """The rows of each call `cpu_kernels.linear` makes to the block kernel. Counted, not told apart
-    by bits: on AVX2, oneDNN's small-batch sum adds in k order as the kernel does, and the bits agree."""
-    calls: list[int] = []
-    served = block_linear.linear
-
-    def counted(x: torch.Tensor, packed: block_linear.BlockWeight) -> torch.Tensor:
-        calls.append(x.numel() // x.shape[-1])
-        return served(x, packed)
-    monkeypatch.setattr(block_linear, "linear", counted)
-    return calls
+    """The rows of each call to the block kernel (`weights.count_kernel_calls`)."""
+    return weights.count_kernel_calls(block_linear, monkeypatch)
 
 
 @needs_kernel

@@ -70,19 +70,26 @@ def check_rows_independent_of_their_batch(linear: Callable[[torch.Tensor], torch
     assert torch.equal(linear(x[20:21]), together[20:21])
 
 
+def count_kernel_calls(kernel: ModuleType, monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """The rows of each call to ``kernel.linear`` from here on (the test's monkeypatch undoes it).
+    Counted, not told apart by bits: on AVX2, oneDNN's small-batch sum adds in k order as the block
+    kernel does, and the bits agree."""
+    calls: list[int] = []
+    served = kernel.linear
+
+    def counted(x: torch.Tensor, packed: Any) -> torch.Tensor:
+        calls.append(x.numel() // x.shape[-1])
+        return served(x, packed)
+    monkeypatch.setattr(kernel, "linear", counted)
+    return calls
+
+
 def check_the_kernel_serves_one_torch_thread_only(kernel: ModuleType, x: torch.Tensor, weight: torch.Tensor,
                                                  expected: torch.Tensor, monkeypatch: pytest.MonkeyPatch) -> None:
     """On one torch thread `cpu_kernels.linear` calls ``kernel.linear`` and gives its ``expected``
     bits; on two it does not call it (oneDNN shares the work) and gives the same product, rounded
-    its own way. Counted by call, not told apart by bits: on AVX2, oneDNN's small-batch sum adds
-    in k order as the block kernel does, and the bits agree."""
-    calls: list[int] = []
-    served = kernel.linear
-
-    def counted(*args: Any) -> torch.Tensor:
-        calls.append(1)
-        return served(*args)
-    monkeypatch.setattr(kernel, "linear", counted)
+    its own way."""
+    calls = count_kernel_calls(kernel, monkeypatch)
     assert torch.equal(cpu_kernels.linear(x, weight), expected)
     assert len(calls) == 1
     torch.set_num_threads(2)
