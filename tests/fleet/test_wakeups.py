@@ -1,7 +1,8 @@
 """A waiting claim is woken when a job for its platform is queued: PostgreSQL NOTIFY, or on
 SQLite the committing process's own waiters and, through the signal file beside the database,
-the other processes'. The fallback poll is set far beyond the test's patience, so only the
-wake-up can make these pass."""
+the other processes'. The claim waits far longer than the test's patience and its fallback poll
+is longer still, so only the wake-up can make these pass; the patience itself is generous for a
+loaded machine (a woken claim returns at once), and no duration is asserted."""
 from __future__ import annotations
 
 import os
@@ -17,7 +18,9 @@ from app.core.models import Job, JobState, Repository, Runner
 from app.jobs import queue, wakeups
 from tests.support.settings import REPO_ROOT
 
-PATIENCE_S = 3.0
+PATIENCE_S = 60.0
+CLAIM_WAIT_S = 2 * PATIENCE_S  # un-woken, a claim on SQLite looks again only at the end of its wait
+FALLBACK_POLL_S = 10 * CLAIM_WAIT_S
 
 
 def add_runner(db, platform: str = "cpu") -> int:  # type: ignore[no-untyped-def]
@@ -31,7 +34,8 @@ def add_runner(db, platform: str = "cpu") -> int:  # type: ignore[no-untyped-def
 def start_waiting_claim(db, runner_id: int, platform: str = "cpu") -> tuple[threading.Thread, list]:  # type: ignore[no-untyped-def]
     got: list = []
     thread = threading.Thread(target=lambda: got.append(
-        queue.claim(db, runner_id, lease_s=60, wait_s=20, platform=platform, poll_s=60)), daemon=True)
+        queue.claim(db, runner_id, lease_s=60, wait_s=CLAIM_WAIT_S, platform=platform,
+                            poll_s=FALLBACK_POLL_S)), daemon=True)
     thread.start()
     found = wakeups.for_engine(db.engine)
     deadline = time.monotonic() + 10
@@ -51,12 +55,10 @@ def queue_one(db, platform: str = "cpu") -> None:  # type: ignore[no-untyped-def
 
 def test_a_waiting_claim_gets_a_job_queued_after_it_started_waiting(db) -> None:  # type: ignore[no-untyped-def]
     thread, got = start_waiting_claim(db, add_runner(db))
-    queued = time.monotonic()
     queue_one(db)
     thread.join(PATIENCE_S)
-    assert not thread.is_alive(), f"the waiting claim was not woken within {PATIENCE_S} s"
+    assert not thread.is_alive(), f"the waiting claim was not woken within {PATIENCE_S:g} s"
     assert got[0] is not None and got[0].state == JobState.running
-    assert time.monotonic() - queued < PATIENCE_S
 
 
 def test_a_job_for_another_platform_does_not_end_the_wait(db) -> None:  # type: ignore[no-untyped-def]
@@ -71,7 +73,6 @@ def test_a_job_for_another_platform_does_not_end_the_wait(db) -> None:  # type: 
     assert got and got[0] is not None and got[0].platform == "rocm"
 
 
-CROSS_PROCESS_PATIENCE_S = 12.0
 QUEUE_FROM_ANOTHER_PROCESS = """
 import sys
 from sqlalchemy import select
@@ -90,11 +91,8 @@ def test_on_sqlite_a_job_queued_by_another_process_wakes_a_waiting_claim(db) -> 
     thread, got = start_waiting_claim(db, add_runner(db))
     subprocess.run([sys.executable, "-c", QUEUE_FROM_ANOTHER_PROCESS, db.url], check=True, cwd=REPO_ROOT,
                    env={**os.environ, "PYTHONPATH": str(REPO_ROOT)}, timeout=120)
-    # Generous for a loaded machine, and still short of the claim's own 20 s wait (60 s poll), after
-    # which it would look again and find the job without any wake-up.
-    thread.join(CROSS_PROCESS_PATIENCE_S)
-    assert not thread.is_alive(), \
-        f"the waiting claim was not woken within {CROSS_PROCESS_PATIENCE_S} s of the other process's commit"
+    thread.join(PATIENCE_S)
+    assert not thread.is_alive(), f"the waiting claim was not woken within {PATIENCE_S:g} s of the other process's commit"
     assert got[0] is not None and got[0].state == JobState.running
 
 
