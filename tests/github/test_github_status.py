@@ -144,11 +144,11 @@ def test_retry_after_is_honoured(client, app, db, github):
 
 
 def test_hung_server_times_out_and_is_retried(client, app, db, github):
-    github.script = [Reply(hang_s=30)]
+    github.script = [Reply(hang_s=600)]
     queue_jobs(client, SHA_A, suite="gsm8k", platform="cuda")
     started = time.monotonic()
     report = send(app, db, timeout=SHORT)
-    assert time.monotonic() - started < 5
+    assert time.monotonic() - started < 60  # against the 600 s hang: generous for a loaded machine
     assert report.retried == 1
     assert "Timeout" in rows(db)[0].last_error
 
@@ -164,13 +164,13 @@ def test_client_error_is_not_retried(client, app, db, github):
 
 
 def test_ingestion_does_not_wait_for_github(client, app, db, github):
-    github.script = [Reply(hang_s=30)] * 10
+    github.script = [Reply(hang_s=600)] * 10
     started = time.monotonic()
     queue_jobs(client, SHA_A)
     headers = register(client, app, "cpu")
     job = claim(client, headers).get_json()["job"]
     assert client.post(f"/api/v1/jobs/{job['id']}/complete", data=raw(document()), headers=headers).status_code == 201
-    assert time.monotonic() - started < 5
+    assert time.monotonic() - started < 60  # against the 600 s hang: generous for a loaded machine
     assert github.requests == []  # nothing talks to GitHub inside a request
     assert len(rows(db)) == 5  # five pending; the run's status is queued by the delivery of stored runs
     with use_settings(app.extensions["parallax.settings"]):

@@ -89,16 +89,16 @@ def test_connection_errors_are_retried_until_the_budget_runs_out():
     started = time.monotonic()
     with pytest.raises(ServiceError, match="gave up after .* tries .*ConnectionError"):
         client.fail(7, 1, "boom", False, budget_s=1.0)
-    assert 0.5 < time.monotonic() - started < 3.0
+    assert 0.5 < time.monotonic() - started < 30  # the 1 s budget, generous for a loaded machine
 
 
 def test_an_abort_stops_the_retries_at_once():
-    client = Client(f"http://127.0.0.1:{free_port()}", "tok", retry=RetryPolicy(base_delay_s=5, max_delay_s=5))
+    client = Client(f"http://127.0.0.1:{free_port()}", "tok", retry=RetryPolicy(base_delay_s=600, max_delay_s=600))
     threading.Timer(0.3, client.abort.set).start()
     started = time.monotonic()
     with pytest.raises(Aborted):
-        client.complete(7, 1, b"{}", budget_s=60)
-    assert time.monotonic() - started < 3.0
+        client.complete(7, 1, b"{}", budget_s=1200)
+    assert time.monotonic() - started < 60  # against a 600 s back-off
 
 
 def test_backoff_grows_exponentially_and_is_capped():

