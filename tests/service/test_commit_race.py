@@ -8,7 +8,7 @@ import time
 from datetime import datetime, timezone
 from typing import Callable, TypeVar
 
-from sqlalchemy import func, select
+from sqlalchemy import func, select, text
 from sqlalchemy.orm import Session
 
 from app.core.db import Database
@@ -31,6 +31,18 @@ def repository_id(db: Database) -> int:
         return repository.id
 
 
+def wait_until_a_session_waits_on_a_lock(db: Database, deadline_s: float = 60) -> None:
+    """Until PostgreSQL shows a session of this database waiting on a lock; a fixed sleep instead
+    could commit the first transaction before a loaded machine had started the second one, and the
+    test would then pass without the race it is about."""
+    deadline = time.monotonic() + deadline_s
+    query = text("SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND wait_event_type = 'Lock'")
+    with db.engine.connect() as connection:
+        while not connection.execute(query).scalar():
+            assert time.monotonic() < deadline, f"the second transaction did not wait on a lock within {deadline_s:g} s"
+            time.sleep(0.05)
+
+
 def second_while_first_is_open(db: Database, first: Callable[[Session, Repository], object],
                                second: Callable[[Session, Repository], T]) -> T:
     """Run `first` and flush, start `second` in another session (it blocks on the unique key),
@@ -50,8 +62,8 @@ def second_while_first_is_open(db: Database, first: Callable[[Session, Repositor
 
         thread = threading.Thread(target=run)
         thread.start()
-        time.sleep(0.5)  # the second insert now waits on the first transaction's row
-    thread.join(30)
+        wait_until_a_session_waits_on_a_lock(db)  # the second insert, on the first transaction's row
+    thread.join(60)
     if "error" in outcome:
         raise outcome["error"]  # type: ignore[misc]
     return outcome["value"]  # type: ignore[return-value]
