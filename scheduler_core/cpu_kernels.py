@@ -133,38 +133,57 @@ def _copy(copies: dict, kernel: str, weight: torch.Tensor) -> Any:  # each kerne
     return copies[kernel]
 
 
+# How each kernel multiplies by its packed copy (looked up at each call, as PACKERS).
+RUNNERS = {
+    "amx": lambda x, packed: amx_linear.linear(x, packed),
+    "blocks": lambda x, packed: block_linear.linear(x, packed),
+    "onednn": lambda x, packed: torch.ops.mkldnn._linear_pointwise(x, packed, None, "none", [], ""),
+}
+
+
+def kernel_order() -> tuple[str, ...]:
+    """The kernels `linear` tries, first to last, on this thread count and kernel choice; the first
+    whose copy of the weight exists takes the call. AMX takes calls of any rows, the block-scaled
+    kernel calls of at most `BLOCK_ROWS_MAX` rows, oneDNN every call. The one place that says the
+    order: `linear` and `pack_ahead` both follow it."""
+    choice = cpu_kernels()
+    if torch.get_num_threads() == 1 and choice in ("native", "no-amx"):
+        return ("amx", "blocks", "onednn") if choice == "native" else ("blocks", "onednn")
+    return ("onednn",)
+
+
 def linear(x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
-    """``F.linear(x, weight)`` (no bias): where `applies`, on AMX tiles, on the block-scaled kernel
-    (AVX-512 or AVX2) or with the weight's oneDNN-prepacked copy (the first that takes the weight),
-    else F.linear itself. A copy not made yet (`pack_ahead`) is made on first use."""
+    """``F.linear(x, weight)`` (no bias): where `applies`, on the first kernel of `kernel_order` that
+    takes the weight and the call's rows (AMX tiles, the block-scaled kernel for AVX-512 or AVX2,
+    oneDNN's prepacked copy), else F.linear itself. A copy not made yet (`pack_ahead`) is made on
+    first use."""
     if not applies(x, weight):
         return F.linear(x, weight)
     copies = _packed_copies(weight)
-    choice = cpu_kernels()
-    if torch.get_num_threads() == 1 and choice in ("native", "no-amx"):
-        if choice == "native" and (amx := _copy(copies, "amx", weight)) is not None:
-            return amx_linear.linear(x, amx)
-        if x.numel() <= BLOCK_ROWS_MAX * x.shape[-1] and (blocks := _copy(copies, "blocks", weight)) is not None:
-            return block_linear.linear(x, blocks)
-    return torch.ops.mkldnn._linear_pointwise(x, _copy(copies, "onednn", weight), None, "none", [], "")
+    few_rows = x.numel() <= BLOCK_ROWS_MAX * x.shape[-1]
+    for kernel in kernel_order():
+        if kernel == "blocks" and not few_rows:
+            continue
+        packed = _copy(copies, kernel, weight)
+        if packed is not None:
+            return RUNNERS[kernel](x, packed)
+    raise AssertionError("oneDNN, last in every kernel order, takes every weight that fits")
 
 
 def pack_ahead(weight: torch.Tensor, prefill_rows: bool = True) -> None:
     """Makes now the copies `linear` would make on its first calls with this weight, on this thread
-    count and kernel choice: the AMX or block-scaled kernel's (decode batches) and oneDNN's (calls of
-    more rows, and every call where neither kernel takes the weight). ``prefill_rows=False`` for a
-    weight that rarely sees more than `BLOCK_ROWS_MAX` rows (an LM head multiplies one row per
-    request): its oneDNN copy is left to a first call that needs it. The engine calls this when it
-    loads a model, as serving engines prepare their weights after loading, so that the first
-    requests do not pay for it (1.6 s of SmolLM2's first 32 prompts on an AMD EPYC with AVX2 only,
-    py-spy; docs/engine.md). Nothing to do where the prepacked kernels are off or do not take it."""
+    count and kernel choice (`kernel_order`): the AMX or block-scaled kernel's (decode batches) and
+    oneDNN's (calls of more rows, and every call where neither kernel takes the weight).
+    ``prefill_rows=False`` for a weight that rarely sees more than `BLOCK_ROWS_MAX` rows (an LM head
+    multiplies one row per request): its oneDNN copy is left to a first call that needs it. The
+    engine calls this when it loads a model, as serving engines prepare their weights after loading,
+    so that the first requests do not pay for it (1.6 s of SmolLM2's first 32 prompts on an AMD EPYC
+    with AVX2 only, py-spy; docs/engine.md). Nothing to do where the prepacked kernels are off or do
+    not take it."""
     if not prepacked_projections() or not weight_fits(weight):
         return
     copies = _packed_copies(weight)
-    choice = cpu_kernels()
-    if torch.get_num_threads() == 1 and choice in ("native", "no-amx"):
-        if choice == "native" and _copy(copies, "amx", weight) is not None:
-            return  # AMX takes every call, whatever its rows
-        if _copy(copies, "blocks", weight) is not None and not prefill_rows:
-            return
-    _copy(copies, "onednn", weight)
+    for kernel in kernel_order():
+        taken = _copy(copies, kernel, weight) is not None
+        if taken and (kernel == "amx" or (kernel == "blocks" and not prefill_rows)):
+            return  # AMX takes every call, whatever its rows; the block kernel every call expected
