@@ -24,7 +24,7 @@ def test_a_long_poll_that_nothing_wakes_looks_at_the_queue_once(client, app, db)
     headers = register(client, app, platform="rocm")
     assert client.post("/api/v1/jobs/claim", json={"wait_s": 0.2}, headers=headers).status_code == 204
     found = wakeups.for_engine(db.engine, app.extensions["parallax.settings"].claim_concurrency)
-    wait_for(found.listening, 10, "the LISTEN connection")
+    wait_for(found.listening, 60, "the LISTEN connection")
     log = StatementLog(db.engine)
     answered, sent = statements_during(log, lambda: client.post("/api/v1/jobs/claim", json={"wait_s": 0.5}, headers=headers))
     assert answered.status_code == 204

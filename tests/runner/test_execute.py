@@ -38,7 +38,7 @@ def test_a_failing_service_neither_blocks_the_job_nor_grows_memory_and_the_gap_i
     for i in range(100):
         shipper.write(f"line {i}\n".encode())
         assert shipper.buffered <= 300
-    wait_for(lambda: failures["n"] > 0 and shipper.buffered == 0, 5, "the shipper to give up on the backlog")
+    wait_for(lambda: failures["n"] > 0 and shipper.buffered == 0, 60, "the shipper to give up on the backlog")
     gate.set()
     shipper.write(b"after the outage\n")
     shipper.close()
@@ -58,11 +58,11 @@ def test_a_timeout_kills_the_whole_process_group(tmp_path):
               "child = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(600)'])\n"
               f"open({str(pids)!r}, 'w').write(f'{{os.getpid()}} {{child.pid}}')\n"
               "time.sleep(600)\n")
-    outcome = run([sys.executable, "-c", script], cwd=tmp_path, env={}, timeout_s=1.5, output=lambda b: None,
+    outcome = run([sys.executable, "-c", script], cwd=tmp_path, env={}, timeout_s=5, output=lambda b: None,
                   interrupt=lambda: None, kill_grace_s=0.5)
     assert outcome.stopped_by == "timeout" and outcome.exit_code is None
     parent, child = map(int, pids.read_text().split())
-    wait_for(lambda: not pid_alive(parent) and not pid_alive(child), 5, "the group to be gone")
+    wait_for(lambda: not pid_alive(parent) and not pid_alive(child), 60, "the group to be gone")
 
 
 def test_an_interrupt_stops_the_command_and_names_the_reason(tmp_path):
@@ -85,12 +85,12 @@ def test_a_timeout_kills_the_group_without_psutil(tmp_path, monkeypatch):
               f"open({str(pids)!r}, 'w').write(f'{{os.getpid()}} {{child.pid}}')\n"
               "time.sleep(600)\n")
     monkeypatch.setitem(sys.modules, "psutil", None)  # `import psutil` raises ImportError
-    outcome = run([sys.executable, "-c", script], cwd=tmp_path, env={}, timeout_s=1.5, output=lambda b: None,
+    outcome = run([sys.executable, "-c", script], cwd=tmp_path, env={}, timeout_s=5, output=lambda b: None,
                   interrupt=lambda: None, kill_grace_s=0.5)
     monkeypatch.undo()
     assert outcome.stopped_by == "timeout"
     parent, child = map(int, pids.read_text().split())
-    wait_for(lambda: not pid_alive(parent) and not pid_alive(child), 5, "the group to be gone")
+    wait_for(lambda: not pid_alive(parent) and not pid_alive(child), 60, "the group to be gone")
 
 
 def test_a_process_started_while_the_command_is_being_stopped_is_killed_too(tmp_path):
@@ -105,8 +105,8 @@ def test_a_process_started_while_the_command_is_being_stopped_is_killed_too(tmp_
               "print('ready', flush=True)\n"
               "while True:\n"
               "    time.sleep(0.05)\n")
-    outcome = run([sys.executable, "-c", script], cwd=tmp_path, env={}, timeout_s=1.5, output=lambda b: None,
+    outcome = run([sys.executable, "-c", script], cwd=tmp_path, env={}, timeout_s=5, output=lambda b: None,
                   interrupt=lambda: None, kill_grace_s=1.0)
     assert outcome.stopped_by == "timeout"
-    started_late = int(wait_for(lambda: late.exists() and late.read_text(), 5, "the late process's pid"))
-    wait_for(lambda: not pid_alive(started_late), 5, "the late process to be gone")
+    started_late = int(wait_for(lambda: late.exists() and late.read_text(), 60, "the late process's pid"))
+    wait_for(lambda: not pid_alive(started_late), 60, "the late process to be gone")
