@@ -32,7 +32,6 @@ from typing import IO, Any, Iterator
 import click
 import requests
 from sqlalchemy import func, select
-from tqdm import tqdm
 
 from app.auth.tokens import create_registration_token
 from app.core.db import Database
@@ -48,6 +47,7 @@ from app.core.models import (
     Repository,
     Reproduction,
 )
+from app.demo.progress import JobProgress
 from app.demo.service_process import ServiceProcess, free_port
 from app.demo.story import EngineRepository, PullStory, Story, default_story, pull_request_story
 from app.pulls import comparisons, report
@@ -356,23 +356,20 @@ def _run(demo: Demo, exit_when_done: bool) -> int:
 def _play(demo: Demo, base: str, db: Database, repo: EngineRepository) -> None:
     pushes = demo.story.pushes
     _step(f"replaying {sum(len(p) for p in pushes)} commits as {len(pushes)} signed push webhooks")
-    bars = _bars()
-    try:
+    with JobProgress(PLATFORMS) as progress:
         for number, changes in enumerate(pushes, 1):
             before, after, shas = repo.push(changes)
             demo.push(base, before, after, shas)
             events = [c for c in changes if c.role != "neutral"]
             label = "; ".join(c.message.split(" (")[0] for c in events) or "quiet"
-            tqdm.write(f"push {number}/{len(pushes)}: {len(shas)} commit(s) up to {after[:10]} — {label}")
+            progress.write(f"push {number}/{len(pushes)}: {len(shas)} commit(s) up to {after[:10]} — {label}")
             # Pushes arrive as a day's work would: the next one once this one is measured, so
             # detection and bisect work on the history as it grows.
             deadline = time.monotonic() + 180
             while time.monotonic() < deadline and not _measured(db, after):
-                _update(demo, db, bars)
+                _update(demo, db, progress)
                 time.sleep(0.2)
-            _update(demo, db, bars)
-    finally:
-        _close(bars)
+            _update(demo, db, progress)
 
 
 def _play_pull_request(demo: Demo, base: str, db: Database, repo: EngineRepository,
@@ -387,11 +384,11 @@ def _play_pull_request(demo: Demo, base: str, db: Database, repo: EngineReposito
         for action, change in (("opened", story.regression), ("synchronize", story.fix)):
             _, head, _ = repo.push([change])
             demo.pull_request(base, action, story, head, main_head)
-            tqdm.write(f"pull request #{story.number} {action}: {head[:10]} — {change.message}")
+            click.echo(f"pull request #{story.number} {action}: {head[:10]} — {change.message}")
             verdicts.append(_wait_for_verdict(demo, base, db, story, head))
-            tqdm.write(f"  check: {verdicts[-1].conclusion} — {verdicts[-1].title}")
+            click.echo(f"  check: {verdicts[-1].conclusion} — {verdicts[-1].title}")
         demo.pull_request(base, "closed", story, head, main_head, merged=True)
-        tqdm.write(f"pull request #{story.number} merged")
+        click.echo(f"pull request #{story.number} merged")
     finally:
         repo.checkout("main")
     return verdicts
@@ -409,18 +406,15 @@ class PullVerdict:
 def _wait_for_verdict(demo: Demo, base: str, db: Database, story: PullStory, head: str) -> PullVerdict:
     url = f"{base}/api/v1/pulls/{REPOSITORY}/{story.number}"
     deadline = time.monotonic() + demo.timeout_s
-    bars = _bars()
-    try:
+    with JobProgress(PLATFORMS) as progress:
         while time.monotonic() < deadline:
-            _update(demo, db, bars)
+            _update(demo, db, progress)
             response = requests.get(url, timeout=30)
             found = response.json() if response.status_code == 200 else {}
             if found.get("head") == head and found.get("state") == "done":
                 return PullVerdict(head, found["conclusion"], found["title_line"], _comment_text(db, story),
                                    found["rounds"])
             time.sleep(0.25)  # the verdict lands within a poll of the duty (`Duty.due`)
-    finally:
-        _close(bars)
     raise DemoError(f"pull request #{story.number} had no verdict for {head[:10]} after {demo.timeout_s:.0f} s; "
                     f"see {url}")
 
@@ -472,26 +466,10 @@ def _measured(db: Database, sha: str) -> bool:
     return bool(states) and all(state not in (JobState.queued, JobState.running) for state in states)
 
 
-def _bars() -> dict[str, tqdm]:
-    return {p: tqdm(total=0, desc=f"{p:>9}", unit="job", position=i, leave=True, dynamic_ncols=True,
-                    file=sys.stderr) for i, p in enumerate(PLATFORMS)}
-
-
-def _close(bars: dict[str, tqdm]) -> None:
-    for bar in bars.values():
-        bar.close()
-
-
-def _update(demo: Demo, db: Database, bars: dict[str, tqdm]) -> tuple[int, int, int]:
-    demo.watch_runners(tqdm.write)
+def _update(demo: Demo, db: Database, progress: JobProgress) -> tuple[int, int, int]:
+    demo.watch_runners(progress.write)
     per, running, dirty = demo.counts(db)
-    for platform, bar in bars.items():
-        done, total = per.get(platform, (0, 0))
-        bar.total = total
-        bar.n = done
-        bar.set_postfix_str(f"bisects or reproductions running {running}" if platform == PLATFORMS[-1] else "",
-                            refresh=False)
-        bar.refresh()
+    progress.show(per, running)
     pending = sum(total - done for done, total in per.values())
     return pending, running, dirty
 
@@ -505,12 +483,11 @@ def _wait_until_settled(demo: Demo, db: Database) -> None:
     """Until every job has finished, no bisect runs and detection has seen every result, for
     `SETTLED_S` without a break."""
     _step("measuring; detection, bisect and confirmation run as results arrive")
-    bars = _bars()
     deadline = time.monotonic() + demo.timeout_s
     quiet_since: float | None = None
-    try:
+    with JobProgress(PLATFORMS) as progress:
         while True:
-            pending, running, dirty = _update(demo, db, bars)
+            pending, running, dirty = _update(demo, db, progress)
             now = time.monotonic()
             quiet_since = (quiet_since or now) if pending == running == dirty == 0 else None
             if quiet_since is not None and now - quiet_since >= SETTLED_S:
@@ -519,8 +496,6 @@ def _wait_until_settled(demo: Demo, db: Database) -> None:
                 raise DemoError(f"not settled after {demo.timeout_s:.0f} s ({pending} job(s) unfinished, "
                                 f"{running} bisect(s) or reproduction(s) running); see {demo.work}/*.log")
             time.sleep(0.5)
-    finally:
-        _close(bars)
 
 
 def _summarise(demo: Demo, base: str, repo: EngineRepository, elapsed_s: float) -> int:
