@@ -40,6 +40,9 @@ def wait_until_a_session_waits_on_a_lock(db: Database, deadline_s: float = 60) -
     with db.engine.connect() as connection:
         while not connection.execute(query).scalar():
             assert time.monotonic() < deadline, f"the second transaction did not wait on a lock within {deadline_s:g} s"
+            # PostgreSQL keeps a transaction's statistics snapshot (pg_stat_activity) until it ends:
+            # without this each look would see the first one's.
+            connection.rollback()
             time.sleep(0.05)
 
 
