@@ -20,6 +20,7 @@ import requests
 
 from app.demo.service_process import ServiceProcess
 from tests.support.github import SECRET, webhook_headers
+from tests.support.runner_harness import wait_for
 from tests.support.service_api import registration_token_at
 
 THREADS = 4
@@ -87,17 +88,11 @@ def long_polls_waiting(base: str) -> float:
                if line.startswith("parallax_longpolls_waiting{"))
 
 
-def wait_until_all_waiting(base: str, deadline_s: float = 120) -> None:
-    deadline = time.monotonic() + deadline_s
-    while long_polls_waiting(base) < LONG_POLLS:
-        assert time.monotonic() < deadline, f"the {LONG_POLLS} long-polls were not all waiting within {deadline_s:g} s"
-        time.sleep(0.2)
-
-
 def answers_while_all_wait(base: str, polls: LongPolls) -> tuple[int, int] | None:
     """The health check's and the webhook's statuses when both answered while every long-poll was
     waiting; None when a long-poll ended in the window (its wait ran out) or an answer timed out."""
-    wait_until_all_waiting(base)
+    wait_for(lambda: long_polls_waiting(base) >= LONG_POLLS, 120, f"all {LONG_POLLS} long-polls to be waiting",
+             interval_s=0.2)
     ended = polls.ended
     try:
         health = requests.get(f"{base}/healthz", timeout=ANSWER_S)

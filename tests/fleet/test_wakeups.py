@@ -34,8 +34,8 @@ def add_runner(db, platform: str = "cpu") -> int:  # type: ignore[no-untyped-def
 def start_waiting_claim(db, runner_id: int, platform: str = "cpu") -> tuple[threading.Thread, list]:  # type: ignore[no-untyped-def]
     got: list = []
     thread = threading.Thread(target=lambda: got.append(
-        queue.claim(db, runner_id, lease_s=60, wait_s=CLAIM_WAIT_S, platform=platform,
-                            poll_s=FALLBACK_POLL_S)), daemon=True)
+        queue.claim(db, runner_id, lease_s=60, wait_s=CLAIM_WAIT_S, platform=platform, poll_s=FALLBACK_POLL_S)),
+        daemon=True)
     thread.start()
     found = wakeups.for_engine(db.engine)
     deadline = time.monotonic() + 10

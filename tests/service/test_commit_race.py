@@ -4,7 +4,6 @@ bisects of one range started at once (tests/bisect/test_api_accuracy.py)."""
 from __future__ import annotations
 
 import threading
-import time
 from datetime import datetime, timezone
 from typing import Callable, TypeVar
 
@@ -16,6 +15,7 @@ from app.core.models import Commit, CommitParent, Repository
 from app.git.commit_graph import record_commits
 from app.git.mirror import CommitInfo
 from app.jobs.queue import get_or_create_commit
+from tests.support.runner_harness import wait_for
 
 T = TypeVar("T")
 SHAS = [f"{i:040x}" for i in range(1, 5)]
@@ -31,19 +31,13 @@ def repository_id(db: Database) -> int:
         return repository.id
 
 
-def wait_until_a_session_waits_on_a_lock(db: Database, deadline_s: float = 60) -> None:
-    """Until PostgreSQL shows a session of this database waiting on a lock; a fixed sleep instead
-    could commit the first transaction before a loaded machine had started the second one, and the
-    test would then pass without the race it is about."""
-    deadline = time.monotonic() + deadline_s
+def a_session_waits_on_a_lock(db: Database) -> bool:
+    """Whether PostgreSQL shows a session of this database waiting on a lock. Each look is a
+    transaction of its own: PostgreSQL keeps a transaction's statistics snapshot (pg_stat_activity)
+    until it ends, so a second look in the same one would see the first one's."""
     query = text("SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND wait_event_type = 'Lock'")
     with db.engine.connect() as connection:
-        while not connection.execute(query).scalar():
-            assert time.monotonic() < deadline, f"the second transaction did not wait on a lock within {deadline_s:g} s"
-            # PostgreSQL keeps a transaction's statistics snapshot (pg_stat_activity) until it ends:
-            # without this each look would see the first one's.
-            connection.rollback()
-            time.sleep(0.05)
+        return bool(connection.execute(query).scalar())
 
 
 def second_while_first_is_open(db: Database, first: Callable[[Session, Repository], object],
@@ -65,7 +59,11 @@ def second_while_first_is_open(db: Database, first: Callable[[Session, Repositor
 
         thread = threading.Thread(target=run)
         thread.start()
-        wait_until_a_session_waits_on_a_lock(db)  # the second insert, on the first transaction's row
+        # The second insert waits on the first transaction's row. Not a fixed sleep: a loaded machine
+        # could reach the commit below before the second transaction started, and the test would
+        # pass without the race it is about.
+        wait_for(lambda: a_session_waits_on_a_lock(db), 60, "the second transaction to wait on a lock",
+                 interval_s=0.05)
     thread.join(60)
     if "error" in outcome:
         raise outcome["error"]  # type: ignore[misc]
